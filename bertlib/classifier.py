@@ -1,0 +1,85 @@
+"""A trainable classifier built from the same functions (chapter 8, *Pooler and classifier head*).
+
+Its ``state_dict()`` uses the parameter names of ``transformers.BertForSequenceClassification``
+(``bert.embeddings...``, ``classifier.weight``), so a fine-tuned model exports to Hugging Face unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import BertConfig
+
+from .checks import check_config, check_state_dict, expected_shapes
+from .encoder import bert_forward
+
+
+def _module_tree(state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
+    """Plain ``nn.Module`` containers nested by the dots of each key, so ``named_parameters()`` gives the same
+    names back (``encoder.layer.0.attention.self.query.weight``...)."""
+    root = nn.Module()
+    for name, tensor in state_dict.items():
+        *path, leaf = name.split(".")
+        module = root
+        for part in path:
+            if part not in module._modules:
+                module.add_module(part, nn.Module())
+            module = module._modules[part]
+        module.register_parameter(leaf, nn.Parameter(tensor.detach().clone()))
+    return root
+
+
+class BertClassifier(nn.Module):
+    """BERT + dropout + a linear layer on the pooled ``[CLS]`` vector: ``logits = W · Dropout(pooler) + b``.
+
+    ``forward(input_ids, attention_mask, token_type_ids)`` with ``(batch, seq)`` tensors returns
+    ``(batch, num_labels)`` logits. Dropout is active in ``train()`` mode and absent in ``eval()`` mode.
+    Defined in chapter 8, *Pooler and classifier head*.
+    """
+
+    def __init__(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        config: BertConfig,
+        num_labels: int,
+        *,
+        seed: int = 0,
+        attn_implementation: str = "eager",
+    ) -> None:
+        super().__init__()
+        check_config(config)
+        if num_labels < 1:
+            raise ValueError(f"num_labels must be at least 1, got {num_labels}.")
+        state_dict = {k: v for k, v in state_dict.items() if k in expected_shapes(config)}
+        check_state_dict(state_dict, config)
+        self.config = config
+        self.num_labels = num_labels
+        self.attn_implementation = attn_implementation
+        self.bert = _module_tree(state_dict)
+        some = next(iter(state_dict.values()))
+        self.classifier = nn.Linear(config.hidden_size, num_labels, device=some.device, dtype=some.dtype)
+        generator = torch.Generator().manual_seed(seed)  # HF's init: N(0, initializer_range), zero bias
+        with torch.no_grad():
+            weight = torch.randn(self.classifier.weight.shape, generator=generator) * config.initializer_range
+            self.classifier.weight.copy_(weight)
+            self.classifier.bias.zero_()
+
+    @property
+    def dropout_prob(self) -> float:
+        """HF's rule: ``classifier_dropout`` when set, else ``hidden_dropout_prob``."""
+        p = getattr(self.config, "classifier_dropout", None)
+        return self.config.hidden_dropout_prob if p is None else p
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        out = bert_forward(dict(self.bert.named_parameters()), self.config, input_ids, attention_mask,
+                           token_type_ids, training=self.training, attn_implementation=self.attn_implementation)
+        pooled = F.dropout(out.pooler_output, self.dropout_prob, self.training)
+        return self.classifier(pooled)
