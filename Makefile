@@ -1,0 +1,39 @@
+# BERT, Taken Apart: the two commands a reader needs are `make book` and `make test`.
+# Both create .venv on first use. CPU torch by default; for a GPU pass your CUDA build, e.g.
+#   make test TORCH="torch --index-url https://download.pytorch.org/whl/cu126"
+PYTHON ?= python3
+VENV   ?= .venv
+TORCH  ?= torch==2.13.0
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test unit notebooks book clean
+
+install: $(STAMP)
+
+# torch first: a bare `torch` requirement with nothing installed would pull several GB of CUDA wheels.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -e ".[book,test]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (bert-taken-apart)" >/dev/null
+	touch $@
+
+## make test: unit tests of bertlib against transformers, then nbval over every notebook in _toc.yml
+test: $(STAMP)
+	$(PY) -m pytest tests $$($(PY) tests/toc.py) --nbval-lax --nbval-current-env --durations=15
+
+unit: $(STAMP)
+	$(PY) -m pytest tests
+
+notebooks: $(STAMP)
+	$(PY) -m pytest $$($(PY) tests/toc.py) --nbval-lax --nbval-current-env --durations=0
+
+## make book: execute every notebook and build the HTML book into _build/html (warnings are errors)
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
+	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+clean:
+	rm -rf _build .pytest_cache

@@ -1,0 +1,135 @@
+"""20 Newsgroups, online as scikit-learn fetches it, or offline from a local ``20news-bydate.tar.gz``.
+
+Offline, the archive fills scikit-learn's own cache (``<data_home>/20news-bydate_py3.pkz``, a zlib-compressed
+pickle of ``dict(train=load_files(...), test=load_files(...))``), so ``fetch_20newsgroups`` then works as usual.
+Used from chapter 1, *Tokenization and the data*.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import pickle
+import re
+import tarfile
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from sklearn.datasets import fetch_20newsgroups, get_data_home, load_files
+from sklearn.utils import Bunch
+
+#: Environment variable naming a local ``20news-bydate.tar.gz``.
+ARCHIVE_ENV = "BERTLIB_20NG_ARCHIVE"
+#: Documents per split in the ``bydate`` version, as scikit-learn documents them.
+SPLIT_SIZES = {"train": 11314, "test": 7532}
+CACHE_NAME = "20news-bydate_py3.pkz"  # scikit-learn's name for its cache file
+_FOLDERS = {"train": "20news-bydate-train", "test": "20news-bydate-test"}
+
+
+def build_cache(archive: str | os.PathLike, data_home: str | os.PathLike | None = None) -> Path:
+    """Write scikit-learn's 20 Newsgroups cache from a local ``20news-bydate.tar.gz``; returns its path.
+
+    Raises ``FileNotFoundError`` for a missing file and ``ValueError`` for an archive that is not a readable
+    ``tar.gz``, lacks the two split folders, or holds the wrong number of posts.
+    """
+    archive = Path(archive).expanduser()
+    if not archive.is_file():
+        raise FileNotFoundError(
+            f"20 Newsgroups archive not found: {archive}. Point {ARCHIVE_ENV} (or archive=) at a "
+            "20news-bydate.tar.gz file."
+        )
+    cache_path = Path(get_data_home(data_home)) / CACHE_NAME
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            with tarfile.open(archive, "r:gz") as tar:
+                tar.extractall(tmp, filter="data")
+        except (tarfile.TarError, OSError, EOFError) as err:
+            raise ValueError(
+                f"{archive} is not a readable tar.gz archive ({err}). Download 20news-bydate.tar.gz again."
+            ) from err
+        roots = {name: Path(tmp) / folder for name, folder in _FOLDERS.items()}
+        if not all(p.is_dir() for p in roots.values()):
+            found = sorted(p.name for p in Path(tmp).iterdir())
+            raise ValueError(
+                f"{archive} is not the 20news-bydate archive: expected top-level folders "
+                f"{sorted(_FOLDERS.values())}, found {found}."
+            )
+        cache = {name: load_files(str(root), encoding="latin1") for name, root in roots.items()}
+    for name, bunch in cache.items():
+        if len(bunch.data) != SPLIT_SIZES[name]:
+            raise ValueError(
+                f"{archive} holds {len(bunch.data)} {name} posts, expected {SPLIT_SIZES[name]}: it is not the "
+                "complete 20news-bydate archive."
+            )
+    cache_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_path = cache_path.with_suffix(".tmp")
+    tmp_path.write_bytes(codecs.encode(pickle.dumps(cache), "zlib_codec"))
+    tmp_path.replace(cache_path)  # atomic: a reader never sees half a cache
+    return cache_path
+
+
+def load_20newsgroups(
+    subset: str = "train",
+    remove: tuple[str, ...] = (),
+    archive: str | os.PathLike | None = None,
+    data_home: str | os.PathLike | None = None,
+    **kwargs,
+) -> Bunch:
+    """``sklearn.datasets.fetch_20newsgroups(subset, remove=remove, ...)`` that also works offline.
+
+    ``archive`` (or ``$BERTLIB_20NG_ARCHIVE``): a local ``20news-bydate.tar.gz`` used to fill scikit-learn's
+    cache when it is empty. Without one, scikit-learn downloads the data (online). ``remove`` may hold
+    ``"headers"``, ``"footers"``, ``"quotes"``. Other keyword arguments go to ``fetch_20newsgroups``.
+    Returns its ``Bunch`` (``data``, ``target``, ``target_names``, ``filenames``).
+    """
+    if subset not in ("train", "test", "all"):
+        raise ValueError(f"subset must be 'train', 'test' or 'all', got {subset!r}.")
+    archive = archive or os.environ.get(ARCHIVE_ENV) or None
+    cache_path = Path(get_data_home(data_home)) / CACHE_NAME
+    if archive is not None and not cache_path.exists():
+        build_cache(archive, data_home)
+    try:
+        bunch = fetch_20newsgroups(subset=subset, remove=remove, data_home=data_home,
+                                   download_if_missing=archive is None, **kwargs)
+    except OSError as err:  # no network (URLError is an OSError), or no cache and no download
+        raise OSError(
+            f"20 Newsgroups is not available offline ({err}). Download 20news-bydate.tar.gz once, then set "
+            f"{ARCHIVE_ENV}=/path/to/20news-bydate.tar.gz (or pass archive=...) and it fills scikit-learn's "
+            f"cache in {cache_path.parent}."
+        ) from err
+    if "categories" not in kwargs and subset in SPLIT_SIZES and len(bunch.data) != SPLIT_SIZES[subset]:
+        raise ValueError(
+            f"the cached {subset} split has {len(bunch.data)} posts, expected {SPLIT_SIZES[subset]}: delete "
+            f"{cache_path} and load again from a complete archive."
+        )
+    return bunch
+
+
+def example_sentences(
+    n: int = 3,
+    *,
+    subset: str = "train",
+    seed: int = 0,
+    min_words: int = 6,
+    max_words: int = 24,
+    **kwargs,
+) -> list[str]:
+    """``n`` real sentences from 20 Newsgroups posts (headers, signatures and quotes removed), chosen by ``seed``.
+
+    Each is the first sentence of a post with ``min_words`` to ``max_words`` words, plain ASCII and no e-mail
+    addresses, so the chapters show real text of different lengths (a padded batch). Keyword arguments go to
+    :func:`load_20newsgroups` (``archive``, ``data_home``).
+    """
+    bunch = load_20newsgroups(subset, remove=("headers", "footers", "quotes"), **kwargs)
+    rng = np.random.default_rng(seed)
+    chosen: list[str] = []
+    for i in rng.permutation(len(bunch.data)):
+        text = " ".join(bunch.data[i].split())
+        first = re.split(r"(?<=[.!?])\s+", text, maxsplit=1)[0]
+        if (min_words <= len(first.split()) <= max_words and first.isascii() and first[-1:] in ".!?"
+                and not re.search(r"[@<>|#*=_~^\\]", first)):
+            chosen.append(first)
+            if len(chosen) == n:
+                return chosen
+    raise ValueError(f"only {len(chosen)} posts have a first sentence of {min_words}-{max_words} words; relax the bounds.")
