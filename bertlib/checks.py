@@ -68,9 +68,10 @@ def check_config(config: BertConfig) -> None:
 def check_state_dict(state_dict: Mapping[str, torch.Tensor], config: BertConfig) -> None:
     """Every parameter ``bert_forward`` needs is present, a tensor, and of the shape ``config`` implies."""
     shapes = expected_shapes(config)
-    missing = [k for k in shapes if k not in state_dict]
+    given = {k: tuple(v.shape) for k, v in state_dict.items() if k in shapes}  # reads no tensor twice
+    missing = [k for k in shapes if k not in given]
     if missing:
-        shown = ", ".join(missing[:12]) + (f", ... ({len(missing)} in all)" if len(missing) > 12 else "")
+        shown = ", ".join(missing)
         hint = ""
         if any(k.startswith("bert.") for k in state_dict):
             hint = " The keys start with 'bert.': load it with bertlib.load_pretrained(), which strips the prefix."
@@ -79,11 +80,7 @@ def check_state_dict(state_dict: Mapping[str, torch.Tensor], config: BertConfig)
             "Pass the state dict of a BertModel (e.g. bertlib.load_pretrained().state_dict) whose config "
             "matches the one given."
         )
-    wrong = [
-        f"{k}: {tuple(state_dict[k].shape)} (config implies {shape})"
-        for k, shape in shapes.items()
-        if tuple(state_dict[k].shape) != shape
-    ]
+    wrong = [f"{k}: {given[k]} (config implies {shape})" for k, shape in shapes.items() if given[k] != shape]
     if wrong:
         raise ValueError(
             "state_dict shapes do not match the config: " + "; ".join(wrong[:6])
