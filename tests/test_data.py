@@ -1,0 +1,110 @@
+"""20 Newsgroups offline: the real archive fills scikit-learn's cache; bad archives and no data fail clearly."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import urllib.error
+from pathlib import Path
+
+import pytest
+
+from bertlib import data
+
+ARCHIVE = os.environ.get(data.ARCHIVE_ENV)
+needs_archive = pytest.mark.skipif(not ARCHIVE, reason=f"set {data.ARCHIVE_ENV} to the real 20news-bydate.tar.gz")
+
+
+@pytest.fixture(scope="module")
+def data_home(tmp_path_factory) -> Path:
+    """A fresh scikit-learn data home filled from the real archive once for this module."""
+    home = tmp_path_factory.mktemp("sklearn_data")
+    if ARCHIVE:
+        data.build_cache(ARCHIVE, home)
+    return home
+
+
+@needs_archive
+def test_split_sizes_and_labels(data_home):
+    train = data.load_20newsgroups("train", data_home=data_home)
+    test = data.load_20newsgroups("test", data_home=data_home)
+    assert (len(train.data), len(test.data)) == (11314, 7532)
+    assert len(train.target_names) == 20 and train.target_names == test.target_names
+    assert train.target_names[0] == "alt.atheism" and train.target_names[-1] == "talk.religion.misc"
+    assert set(train.target) == set(range(20))
+    assert len(data.load_20newsgroups("all", data_home=data_home).data) == 11314 + 7532
+
+
+@needs_archive
+def test_one_known_document(data_home):
+    """The first training post in sklearn's (shuffled, seed 42) order is the well-known 'WHAT car is this!?'."""
+    train = data.load_20newsgroups("train", data_home=data_home)
+    assert train.target_names[train.target[0]] == "rec.autos"
+    assert "Subject: WHAT car is this!?" in train.data[0]
+    stripped = data.load_20newsgroups("train", remove=("headers", "footers", "quotes"), data_home=data_home)
+    assert "Subject:" not in stripped.data[0] and "I was wondering if anyone out there" in stripped.data[0]
+
+
+@needs_archive
+def test_archive_argument_fills_an_empty_cache(tmp_path):
+    bunch = data.load_20newsgroups("test", archive=ARCHIVE, data_home=tmp_path)
+    assert len(bunch.data) == 7532 and (tmp_path / data.CACHE_NAME).is_file()
+
+
+@needs_archive
+def test_example_sentences_are_real_and_deterministic(data_home):
+    a = data.example_sentences(3, seed=0, data_home=data_home)
+    assert a == data.example_sentences(3, seed=0, data_home=data_home) != data.example_sentences(3, seed=1, data_home=data_home)
+    assert len({len(s.split()) for s in a}) > 1  # different lengths: a padded batch
+
+
+def _tar_gz(path: Path, files: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    return path
+
+
+def test_missing_archive_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="archive not found.*BERTLIB_20NG_ARCHIVE"):
+        data.load_20newsgroups("train", archive=tmp_path / "nope.tar.gz", data_home=tmp_path)
+
+
+def test_corrupt_archive(tmp_path):
+    bad = tmp_path / "20news-bydate.tar.gz"
+    bad.write_bytes(b"this is not a gzip file" * 10)
+    with pytest.raises(ValueError, match="not a readable tar.gz archive"):
+        data.load_20newsgroups("train", archive=bad, data_home=tmp_path)
+
+
+def test_wrong_archive_layout(tmp_path):
+    wrong = _tar_gz(tmp_path / "other.tar.gz", {"something-else/a.txt": b"hello"})
+    with pytest.raises(ValueError, match="not the 20news-bydate archive.*something-else"):
+        data.load_20newsgroups("train", archive=wrong, data_home=tmp_path)
+    assert not (tmp_path / data.CACHE_NAME).exists()
+
+
+def test_incomplete_archive(tmp_path):
+    files = {f"20news-bydate-{s}/sci.space/{i}": b"From: a\n\nbody" for s in ("train", "test") for i in range(3)}
+    small = _tar_gz(tmp_path / "20news-bydate.tar.gz", files)
+    with pytest.raises(ValueError, match="holds 3 train posts, expected 11314"):
+        data.load_20newsgroups("train", archive=small, data_home=tmp_path)
+
+
+def test_offline_without_archive_says_how_to_fix(tmp_path, monkeypatch):
+    monkeypatch.delenv(data.ARCHIVE_ENV, raising=False)
+
+    def no_network(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr("sklearn.datasets._twenty_newsgroups._download_20newsgroups", no_network)
+    with pytest.raises(OSError, match="not available offline.*BERTLIB_20NG_ARCHIVE=/path/to/20news-bydate.tar.gz"):
+        data.load_20newsgroups("train", data_home=tmp_path)
+
+
+def test_bad_subset():
+    with pytest.raises(ValueError, match="subset must be"):
+        data.load_20newsgroups("validation")
