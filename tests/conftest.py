@@ -16,10 +16,15 @@ transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+#: Fidelity tests run on bertlib.get_device(): CPU here and in CI, CUDA on a GPU runner (TF32 off).
+DEVICE = bertlib.get_device()
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
 
 @pytest.fixture(scope="session")
 def pretrained() -> bertlib.Pretrained:
-    return bertlib.load_pretrained()
+    return bertlib.load_pretrained(device=DEVICE)
 
 
 @pytest.fixture(scope="session")
@@ -58,10 +63,10 @@ def real_batch(pretrained, real_sentences) -> dict[str, torch.Tensor]:
     batch = {k: torch.cat([grow(first[k], pad if k == "input_ids" else 0), grow(pair[k], pad if k == "input_ids" else 0)])
              for k in ("input_ids", "attention_mask", "token_type_ids")}
     assert (batch["attention_mask"] == 0).any() and (batch["token_type_ids"] == 1).any()
-    return batch
+    return {k: v.to(DEVICE) for k, v in batch.items()}
 
 
-def random_model(seed: int, dtype: torch.dtype = torch.float32, **overrides) -> tuple[dict, BertConfig, BertModel]:
+def random_model(seed: int, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", **overrides) -> tuple[dict, BertConfig, BertModel]:
     """A small random BertModel whose LayerNorm weights and biases are random too (not 1 and 0)."""
     fields = dict(vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=80,
                   max_position_embeddings=40, type_vocab_size=2, hidden_act="gelu", layer_norm_eps=1e-12)
@@ -69,7 +74,7 @@ def random_model(seed: int, dtype: torch.dtype = torch.float32, **overrides) -> 
     config = BertConfig(**fields)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
-    model = BertModel(config).to(dtype).eval()
+    model = BertModel(config).to(device=device, dtype=dtype).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "LayerNorm" in name:
@@ -77,11 +82,12 @@ def random_model(seed: int, dtype: torch.dtype = torch.float32, **overrides) -> 
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, config, model
 
 
-def random_inputs(config: BertConfig, batch: int, seq: int, seed: int) -> dict[str, torch.Tensor]:
+def random_inputs(config: BertConfig, batch: int, seq: int, seed: int,
+                  device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
     """Random ids, a right-padded mask with one full-length row, random segment ids."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, config.vocab_size, (batch, seq), generator=g)
     lengths = [seq] + [random.Random(seed + i).randint(1, seq) for i in range(1, batch)]
     mask = torch.tensor([[1] * n + [0] * (seq - n) for n in lengths])
     types = torch.randint(0, config.type_vocab_size, (batch, seq), generator=g)
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    return {k: v.to(device) for k, v in {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}.items()}

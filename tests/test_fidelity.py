@@ -15,10 +15,10 @@ import torch
 from torch.testing import assert_close
 
 import bertlib
-from conftest import random_inputs, random_model
+from conftest import DEVICE, random_inputs, random_model
 
-F32 = dict(atol=2e-5, rtol=0.0)  # the float32 budget, max |diff| on real tokens
-F64 = dict(atol=1e-10, rtol=0.0)
+F32 = bertlib.tolerance(DEVICE, torch.float32)  # CPU: max |diff| <= 2e-5 on real tokens; CUDA (TF32 off): 5e-5
+F64 = bertlib.tolerance(DEVICE, torch.float64)  # 1e-10 on both
 
 
 def real(t: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -86,14 +86,14 @@ CONFIGS = [
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, F32), (torch.float64, F64)], ids=["float32", "float64"])
 @pytest.mark.parametrize("overrides", CONFIGS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "base")
 def test_random_configs(overrides, dtype, tol):
-    sd, config, model = random_model(seed=len(overrides), dtype=dtype, **overrides)
-    batch = random_inputs(config, batch=3, seq=17, seed=1)
+    sd, config, model = random_model(seed=len(overrides), dtype=dtype, device=DEVICE, **overrides)
+    batch = random_inputs(config, batch=3, seq=17, seed=1, device=DEVICE)
     ours = bertlib.bert_forward(sd, config, **batch)
     assert_forward_equal(ours, hf_run(model, batch), batch["attention_mask"], tol)
 
 
 def test_defaults_without_mask_and_segments(pretrained, hf_model, real_sentences):
-    ids = pretrained.tokenizer(real_sentences[0], return_tensors="pt")["input_ids"]
+    ids = pretrained.tokenizer(real_sentences[0], return_tensors="pt")["input_ids"].to(DEVICE)
     ours = bertlib.bert_forward(pretrained.state_dict, pretrained.config, ids)
     with torch.no_grad():
         ref = hf_model(ids)
@@ -138,8 +138,8 @@ def test_embeddings_step(pretrained, steps, real_batch):
 
 
 def test_layer_norm_step():
-    x = torch.randn(2, 5, 48, dtype=torch.float64)
-    w, b = torch.randn(48, dtype=torch.float64), torch.randn(48, dtype=torch.float64)
+    x = torch.randn(2, 5, 48, dtype=torch.float64, device=DEVICE)
+    w, b = torch.randn(48, dtype=torch.float64, device=DEVICE), torch.randn(48, dtype=torch.float64, device=DEVICE)
     for eps in (1e-12, 1e-5):
         assert_close(bertlib.layer_norm(x, w, b, eps), torch.nn.functional.layer_norm(x, (48,), w, b, eps), **F64)
 
