@@ -48,6 +48,7 @@ class BertClassifier(nn.Module):
         *,
         seed: int = 0,
         attn_implementation: str = "eager",
+        fused: bool = False,
     ) -> None:
         super().__init__()
         check_config(config)
@@ -58,6 +59,7 @@ class BertClassifier(nn.Module):
         self.config = config
         self.num_labels = num_labels
         self.attn_implementation = attn_implementation
+        self.fused = fused  # one-kernel LayerNorm/GELU (appendix 14): same math, faster
         self.bert = _module_tree(state_dict)
         some = next(iter(state_dict.values()))
         self.classifier = nn.Linear(config.hidden_size, num_labels, device=some.device, dtype=some.dtype)
@@ -80,6 +82,7 @@ class BertClassifier(nn.Module):
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         out = bert_forward(dict(self.bert.named_parameters()), self.config, input_ids, attention_mask,
-                           token_type_ids, training=self.training, attn_implementation=self.attn_implementation)
+                           token_type_ids, training=self.training, attn_implementation=self.attn_implementation,
+                           fused=self.fused)
         pooled = F.dropout(out.pooler_output, self.dropout_prob, self.training)
         return self.classifier(pooled)

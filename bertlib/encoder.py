@@ -39,6 +39,7 @@ def encoder(
     *,
     training: bool = False,
     attn_implementation: str = "eager",
+    fused: bool = False,
 ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor | None, ...]]:
     """Run ``config.num_hidden_layers`` encoder layers, each feeding the next.
 
@@ -49,7 +50,7 @@ def encoder(
     all_hidden, all_attn = [hidden_states], []
     for layer in range(config.num_hidden_layers):
         hidden_states, probs = encoder_layer(state_dict, config, hidden_states, attention_mask, layer=layer,
-                                             training=training, attn_implementation=attn_implementation)
+                                             training=training, attn_implementation=attn_implementation, fused=fused)
         all_hidden.append(hidden_states)
         all_attn.append(probs)
     return tuple(all_hidden), tuple(all_attn)
@@ -64,19 +65,26 @@ def bert_forward(
     *,
     training: bool = False,
     attn_implementation: str = "eager",
+    fused: bool = False,
 ) -> BertForwardOutput:
     """BERT's forward pass from raw weights: embeddings → encoder → pooler.
 
     ``input_ids``, ``attention_mask`` (1 = token, 0 = padding), ``token_type_ids``: ``(batch, seq)``.
     Equals ``transformers.BertModel(...)(input_ids, attention_mask, token_type_ids)`` given the same weights.
     Defined in chapter 7, *The encoder loop*.
+
+    The fast path (appendix 14, *Making it fast*): ``attn_implementation="sdpa"`` (fused attention) and
+    ``fused=True`` (one-kernel LayerNorm and GELU): the same math, fewer passes over memory.
     """
     check_config(config)
     check_state_dict(state_dict, config)
     check_inputs(config, input_ids, attention_mask, token_type_ids)
-    x = embeddings(state_dict, config, input_ids, token_type_ids, training=training)
+    x = embeddings(state_dict, config, input_ids, token_type_ids, training=training, fused=fused)
+    if attention_mask is not None and bool(attention_mask.all()):
+        attention_mask = None  # nothing to mask: skip adding zeros (exactly the same result; HF does the same)
     mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
-    hidden, attn = encoder(state_dict, config, x, mask, training=training, attn_implementation=attn_implementation)
+    hidden, attn = encoder(state_dict, config, x, mask, training=training, attn_implementation=attn_implementation,
+                           fused=fused)
     return BertForwardOutput(
         last_hidden_state=hidden[-1],
         pooler_output=pooler(state_dict, config, hidden[-1]),

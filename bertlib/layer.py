@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 
@@ -36,11 +37,21 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The function named by ``config.hidden_act``. Defined in chapter 6, *The encoder layer*."""
+#: The same functions as single PyTorch kernels (appendix 14, *Making it fast*).
+FUSED_ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    **ACTIVATIONS,
+    "gelu": F.gelu,
+    "gelu_new": functools.partial(F.gelu, approximate="tanh"),
+    "gelu_pytorch_tanh": functools.partial(F.gelu, approximate="tanh"),
+}
+
+
+def activation(name: str, *, fused: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The function named by ``config.hidden_act`` (``fused=True``: its one-kernel PyTorch twin).
+    Defined in chapter 6, *The encoder layer*."""
     if name not in ACTIVATIONS:
         raise ValueError(f"hidden_act={name!r} is not supported; use one of {sorted(ACTIVATIONS)}.")
-    return ACTIVATIONS[name]
+    return (FUSED_ACTIVATIONS if fused else ACTIVATIONS)[name]
 
 
 def attention_output(
@@ -51,6 +62,7 @@ def attention_output(
     *,
     layer: int = 0,
     training: bool = False,
+    fused: bool = False,
 ) -> torch.Tensor:
     """``LayerNorm(input_tensor + Dropout(context W_O^T + b_O))``: mix the heads, add the residual, normalise.
 
@@ -61,7 +73,7 @@ def attention_output(
     h = F.linear(context, state_dict[p + "dense.weight"], state_dict[p + "dense.bias"])
     h = F.dropout(h, config.hidden_dropout_prob, training)
     return layer_norm(h + input_tensor, state_dict[p + "LayerNorm.weight"], state_dict[p + "LayerNorm.bias"],
-                      config.layer_norm_eps)
+                      config.layer_norm_eps, fused=fused)
 
 
 def feed_forward(
@@ -71,6 +83,7 @@ def feed_forward(
     *,
     layer: int = 0,
     training: bool = False,
+    fused: bool = False,
 ) -> torch.Tensor:
     """``LayerNorm(x + Dropout(act(x W_1^T + b_1) W_2^T + b_2))``, applied to every token independently.
 
@@ -78,12 +91,12 @@ def feed_forward(
     Defined in chapter 6, *The encoder layer* (HF ``BertIntermediate`` + ``BertOutput``).
     """
     p = f"encoder.layer.{layer}."
-    act = activation(config.hidden_act)
+    act = activation(config.hidden_act, fused=fused)
     h = act(F.linear(attention_out, state_dict[p + "intermediate.dense.weight"], state_dict[p + "intermediate.dense.bias"]))
     h = F.linear(h, state_dict[p + "output.dense.weight"], state_dict[p + "output.dense.bias"])
     h = F.dropout(h, config.hidden_dropout_prob, training)
     return layer_norm(h + attention_out, state_dict[p + "output.LayerNorm.weight"], state_dict[p + "output.LayerNorm.bias"],
-                      config.layer_norm_eps)
+                      config.layer_norm_eps, fused=fused)
 
 
 def encoder_layer(
@@ -95,13 +108,15 @@ def encoder_layer(
     layer: int = 0,
     training: bool = False,
     attn_implementation: str = "eager",
+    fused: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Self-attention → output dense + residual + LayerNorm → feed-forward + residual + LayerNorm.
 
     ``(batch, seq, hidden)`` in and out; also returns the ``(batch, heads, seq, seq)`` attention probabilities.
+    ``fused=True``: LayerNorm and GELU as single PyTorch kernels (appendix 14, *Making it fast*).
     Defined in chapter 6, *The encoder layer* (HF ``BertLayer``).
     """
     context, probs = self_attention(state_dict, config, hidden_states, attention_mask, layer=layer,
                                     training=training, attn_implementation=attn_implementation)
-    attn = attention_output(state_dict, config, context, hidden_states, layer=layer, training=training)
-    return feed_forward(state_dict, config, attn, layer=layer, training=training), probs
+    attn = attention_output(state_dict, config, context, hidden_states, layer=layer, training=training, fused=fused)
+    return feed_forward(state_dict, config, attn, layer=layer, training=training, fused=fused), probs

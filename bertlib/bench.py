@@ -1,0 +1,369 @@
+"""``python -m bertlib.bench [--quick] [--out FILE.json]``: bertlib's forward pass timed against transformers.
+
+Same inputs, one run; every implementation of a shape is timed in turn, round after round (interleaved, so a
+machine that slows down mid-run slows all of them alike), after warm-up; the median is reported. Sections:
+
+- **grid**: rows ``model, impl, batch, seq, dtype, device, ms, tokens_per_s, peak_mem_mb, ratio_vs_hf_sdpa``
+  (plus ``mfu`` for bf16/fp16 on a GPU). Implementations: ``hf-eager`` and ``hf-sdpa`` (``transformers.BertModel``
+  with that ``attn_implementation``); ``bertlib-eager`` (chapter 5's batched heads, the formulas as written);
+  ``bertlib-eager-fused`` (the same with one-kernel LayerNorm and GELU); ``bertlib-sdpa`` (the fast path: fused
+  attention + fused LayerNorm/GELU); ``bertlib-head-loop`` (chapter 4's per-head loop, at scale); on CUDA also
+  ``bertlib-sdpa+compile``.
+- **workload**: 20 Newsgroups test posts: naive padded batches (dataset order) vs length-sorted batches vs
+  bertlib's padding-free path (:mod:`bertlib.unpadded`), in posts/s, with the [CLS] vectors checked equal.
+- **finetune**: training steps/s of ``bertlib.BertClassifier`` vs ``transformers.BertForSequenceClassification``
+  with the same loop (AdamW, bf16 autocast on CUDA).
+
+Model FLOPs utilisation uses ``2 * params + 4 * layers * seq * hidden`` FLOPs per token for the forward pass.
+Used by appendix 14, *Making it fast*.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+from transformers import BertConfig
+
+from .attention import attention_head, extended_attention_mask
+from .encoder import bert_forward
+from .pretrained import Pretrained, load_pretrained, to_hf_model
+from .runtime import setup
+from .unpadded import bert_forward_unpadded
+
+#: Dense bf16 tensor-core peak (TFLOP/s, without sparsity) by GPU name, for model FLOPs utilisation.
+PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0}
+
+
+@dataclass
+class Row:
+    model: str
+    impl: str
+    batch: int
+    seq: int
+    dtype: str
+    device: str
+    ms: float
+    tokens_per_s: float
+    peak_mem_mb: float | None
+    ratio_vs_hf_sdpa: float | None = None
+    mfu: float | None = None
+
+
+class _RssPeak:
+    """Peak resident-memory growth of this process while the block runs (CPU; sampled every millisecond)."""
+
+    def __enter__(self):
+        self.base = self.peak = self._rss()
+        self.running = True
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.running = False
+        self.thread.join()
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * 4096
+
+    def _watch(self):
+        while self.running:
+            self.peak = max(self.peak, self._rss())
+            time.sleep(0.001)
+
+    @property
+    def mb(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def peak_memory_mb(fn: Callable[[], object], device: torch.device) -> float:
+    """Memory one call of ``fn`` needs beyond what is already allocated, in MB (CUDA allocator; CPU: RSS growth)."""
+    _sync(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        fn()
+        _sync(device)
+        return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+    with _RssPeak() as rss:
+        fn()
+    return rss.mb
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int,
+                     warmup: int = 1) -> dict[str, float]:
+    """Median milliseconds of each function, timed round-robin: ``repeats`` rounds, each calling every function once."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def random_bert_base(device: torch.device, tokenizer) -> Pretrained:
+    """A ``bert-base``-shaped model (12 layers, 768 hidden, 12 heads, 30522 vocab) with random weights."""
+    from transformers import BertModel
+
+    config = BertConfig()  # the defaults are bert-base's shape
+    torch.manual_seed(0)
+    sd = {k: v.detach().to(device) for k, v in BertModel(config).state_dict().items() if "position_ids" not in k}
+    return Pretrained(state_dict=sd, config=config, tokenizer=tokenizer, source="random bert-base shape")
+
+
+def forward_flops_per_token(config: BertConfig, n_params: int, seq: int) -> float:
+    """``2 * params + 4 * layers * seq * hidden``: matmul FLOPs per token of the forward pass."""
+    return 2 * n_params + 4 * config.num_hidden_layers * seq * config.hidden_size
+
+
+def head_loop_forward(sd, config, input_ids, attention_mask):
+    """Chapter 4's per-head loop run through every layer (only attention differs from ``bert_forward``)."""
+    from .embeddings import embeddings
+    from .layer import attention_output, feed_forward
+
+    x = embeddings(sd, config, input_ids)
+    mask = extended_attention_mask(attention_mask, x.dtype)
+    for layer in range(config.num_hidden_layers):
+        heads = [attention_head(sd, config, x, h, mask, layer=layer)[0] for h in range(config.num_attention_heads)]
+        x = feed_forward(sd, config, attention_output(sd, config, torch.cat(heads, -1), x, layer=layer), layer=layer)
+    return x
+
+
+def gpu_peak_tflops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+
+
+def grid_rows(name: str, pt: Pretrained, device: torch.device, shapes, dtypes, repeats: int,
+              head_loop: bool, compile_: bool) -> list[Row]:
+    """Time every implementation on random ids of each ``(batch, seq)`` shape."""
+    config, sd = pt.config, pt.state_dict
+    n_params = sum(v.numel() for v in sd.values())
+    hf = {impl: to_hf_model(pt, impl) for impl in ("eager", "sdpa")}
+    peak_tflops = gpu_peak_tflops(device)
+    compiled = torch.compile(bert_forward, dynamic=False) if compile_ and device.type == "cuda" else None
+    rows = []
+    for batch, seq in shapes:
+        g = torch.Generator().manual_seed(batch * 1000 + seq)
+        ids = torch.randint(min(1000, config.vocab_size // 2), config.vocab_size, (batch, seq), generator=g).to(device)
+        mask = torch.ones_like(ids)
+        for dtype_name in dtypes:
+            dtype = getattr(torch, dtype_name)
+
+            def run(fn):
+                def call():
+                    with torch.inference_mode(), torch.autocast(device.type, dtype=dtype,
+                                                                enabled=dtype != torch.float32):
+                        return fn()
+                return call
+
+            impls = {
+                "hf-eager": run(lambda: hf["eager"](input_ids=ids, attention_mask=mask)),
+                "hf-sdpa": run(lambda: hf["sdpa"](input_ids=ids, attention_mask=mask)),
+                "bertlib-eager": run(lambda: bert_forward(sd, config, ids, mask)),
+                "bertlib-eager-fused": run(lambda: bert_forward(sd, config, ids, mask, fused=True)),
+                "bertlib-sdpa": run(lambda: bert_forward(sd, config, ids, mask, attn_implementation="sdpa", fused=True)),
+            }
+            if head_loop:
+                impls["bertlib-head-loop"] = run(lambda: head_loop_forward(sd, config, ids, mask))
+            if compiled is not None:
+                impls["bertlib-sdpa+compile"] = run(
+                    lambda: compiled(sd, config, ids, mask, attn_implementation="sdpa", fused=True))
+            ms = time_interleaved(impls, device, repeats)
+            for impl, fn in impls.items():
+                flops = forward_flops_per_token(config, n_params, seq) * batch * seq
+                mfu = flops / (ms[impl] / 1e3) / (peak_tflops * 1e12) if peak_tflops and dtype != torch.float32 else None
+                rows.append(Row(name, impl, batch, seq, dtype_name, str(device), round(ms[impl], 3),
+                                round(batch * seq / (ms[impl] / 1e3)), round(peak_memory_mb(fn, device), 1),
+                                ratio_vs_hf_sdpa=round(ms[impl] / ms["hf-sdpa"], 3),
+                                mfu=None if mfu is None else round(mfu, 4)))
+    return rows
+
+
+def padded_batches(enc: list[list[int]], order: list[int], batch_size: int, pad_id: int, device: torch.device):
+    """Yield ``(indices, input_ids, attention_mask)`` batches in ``order``, each padded to its own longest post."""
+    for i in range(0, len(order), batch_size):
+        idx = order[i:i + batch_size]
+        seq = max(len(enc[j]) for j in idx)
+        ids = torch.full((len(idx), seq), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for r, j in enumerate(idx):
+            ids[r, :len(enc[j])] = torch.tensor(enc[j])
+            mask[r, :len(enc[j])] = 1
+        yield idx, ids.to(device), mask.to(device)
+
+
+def workload_rows(pt: Pretrained, device: torch.device, n_posts: int | None, max_length: int, batch_size: int,
+                  dtype: torch.dtype = torch.float32) -> list[dict]:
+    """20 Newsgroups test posts, ``[CLS]`` vectors of every post: posts/s of each batching strategy."""
+    from .data import load_20newsgroups
+
+    posts = load_20newsgroups("test").data[:n_posts]
+    enc = pt.tokenizer(posts, truncation=True, max_length=max_length)["input_ids"]
+    hf = to_hf_model(pt, "sdpa")
+    sd, config, pad = pt.state_dict, pt.config, pt.tokenizer.pad_token_id
+
+    def cls_of(fn):
+        return lambda ids, m: fn(ids, m).last_hidden_state[:, 0]
+
+    def run(order, fn):
+        cls = torch.empty(len(enc), config.hidden_size, device=device)
+        _sync(device)
+        t0 = time.perf_counter()
+        with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            for idx, ids, mask in padded_batches(enc, order, batch_size, pad, device):
+                cls[idx] = fn(ids, mask).float()
+        _sync(device)
+        return time.perf_counter() - t0, cls
+
+    naive = list(range(len(enc)))
+    by_length = sorted(naive, key=lambda j: len(enc[j]))
+    hf_fn = cls_of(lambda ids, m: hf(input_ids=ids, attention_mask=m))
+    fast_fn = cls_of(lambda ids, m: bert_forward(sd, config, ids, m, attn_implementation="sdpa", fused=True))
+    unpadded_fn = cls_of(lambda ids, m: bert_forward_unpadded(sd, config, ids, m))
+    methods = {
+        "hf-sdpa, naive batches": (naive, hf_fn),
+        "hf-sdpa, length-sorted": (by_length, hf_fn),
+        "bertlib-sdpa, naive batches": (naive, fast_fn),
+        "bertlib-sdpa, length-sorted": (by_length, fast_fn),
+        "bertlib padding-free, naive order": (naive, unpadded_fn),
+        "bertlib padding-free, length-sorted": (by_length, unpadded_fn),
+    }
+    run(by_length[-batch_size:], hf_fn)  # warm-up on the longest posts
+    n_tokens = sum(len(e) for e in enc)
+    out, ref = [], None
+    for name, (order, fn) in methods.items():
+        seconds, cls = run(order, fn)
+        ref = cls if ref is None else ref
+        out.append({"workload": f"20news test, {len(enc)} posts, max {max_length} tokens", "method": name,
+                    "dtype": str(dtype).removeprefix("torch."), "device": str(device),
+                    "seconds": round(seconds, 3), "posts_per_s": round(len(enc) / seconds, 1),
+                    "real_tokens_per_s": round(n_tokens / seconds),
+                    "max_abs_diff_cls_vs_hf_naive": float((cls - ref).abs().max())})
+    base = out[0]["posts_per_s"]
+    for r in out:
+        r["speedup_vs_hf_naive"] = round(r["posts_per_s"] / base, 2)
+    return out
+
+
+def finetune_rows(pt: Pretrained, device: torch.device, batch: int, seq: int, steps: int,
+                  num_labels: int = 20) -> list[dict]:
+    """Training steps/s of ``BertClassifier`` vs ``BertForSequenceClassification``, same loop and inputs."""
+    from transformers import BertForSequenceClassification
+
+    from .classifier import BertClassifier
+
+    config = pt.config
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1000, config.vocab_size, (batch, seq), generator=g).to(device)
+    mask = torch.ones_like(ids)
+    labels = torch.randint(0, num_labels, (batch,), generator=g).to(device)
+    ours = BertClassifier(pt.state_dict, config, num_labels, attn_implementation="sdpa", fused=True).to(device)
+    hf_config = BertConfig.from_dict({**config.to_dict(), "num_labels": num_labels})
+    hf_config._attn_implementation = "sdpa"
+    theirs = BertForSequenceClassification(hf_config).to(device)
+    theirs.bert.load_state_dict(pt.state_dict, strict=False)
+    bf16 = device.type == "cuda"
+
+    def step_fn(model, logits_of):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        model.train()
+
+        def step():
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+                loss = torch.nn.functional.cross_entropy(logits_of(model).float(), labels)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return step
+
+    fns = {
+        "bertlib BertClassifier (sdpa, fused)": step_fn(ours, lambda m: m(ids, mask)),
+        "hf BertForSequenceClassification (sdpa)": step_fn(theirs, lambda m: m(input_ids=ids, attention_mask=mask).logits),
+    }
+    ms = time_interleaved(fns, device, steps)
+    base = ms["hf BertForSequenceClassification (sdpa)"]
+    return [{"model": pt.source, "impl": name, "batch": batch, "seq": seq, "device": str(device),
+             "dtype": "bfloat16 autocast" if bf16 else "float32", "ms_per_step": round(v, 2),
+             "samples_per_s": round(batch / (v / 1e3), 1), "speedup_vs_hf": round(base / v, 3)}
+            for name, v in ms.items()]
+
+
+def markdown(rows: list[dict], keys: list[str] | None = None) -> str:
+    """A markdown table of ``rows`` (dicts), columns ``keys`` (default: the first row's)."""
+    keys = keys or list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + " --- |" * len(keys)]
+    lines += ["| " + " | ".join("" if r.get(k) is None else str(r.get(k)) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small CPU grid for CI (a few minutes)")
+    parser.add_argument("--out", default=None, help="write every table as JSON")
+    parser.add_argument("--no-workload", action="store_true", help="skip the 20 Newsgroups workload")
+    parser.add_argument("--no-finetune", action="store_true", help="skip the training-step comparison")
+    parser.add_argument("--repeats", type=int, default=None, help="timing rounds (default: 3 quick, 7 CPU, 20 GPU)")
+    args = parser.parse_args(argv)
+    device = setup(verbose=True).device
+    cuda = device.type == "cuda"
+    if args.quick:
+        shapes, base_shapes, dtypes, repeats = [(1, 128), (32, 128)], [(1, 128)], ["float32"], 3
+        n_posts, max_len, wl_batch, ft = 96, 256, 16, (8, 128, 3)
+    else:
+        shapes = base_shapes = [(1, 128), (32, 128), (8, 512)] + ([(32, 512)] if cuda else [])
+        dtypes = ["float32", "bfloat16", "float16"] if cuda else ["float32"]
+        repeats, n_posts, max_len, wl_batch = (20 if cuda else 7), None, 512, 32
+        ft = (32, 512, 10) if cuda else (16, 128, 5)
+    repeats = args.repeats or repeats
+    print(f"bench: {'quick' if args.quick else 'full'} grid, {repeats} interleaved rounds, device={device}")
+    minilm = load_pretrained(device=device)
+    rows = grid_rows("all-MiniLM-L6-v2", minilm, device, shapes, dtypes, repeats, head_loop=True,
+                     compile_=not args.quick)
+    rows += grid_rows("bert-base shape (random)", random_bert_base(device, minilm.tokenizer), device, base_shapes,
+                      dtypes, repeats, head_loop=False, compile_=not args.quick)
+    result: dict[str, list[dict]] = {"grid": [asdict(r) for r in rows]}
+    print(markdown(result["grid"]))
+    if not args.no_workload:
+        result["workload"] = workload_rows(minilm, device, n_posts, max_len, wl_batch)
+        if cuda:
+            result["workload"] += workload_rows(minilm, device, n_posts, max_len, wl_batch, dtype=torch.bfloat16)
+        print()
+        print(markdown(result["workload"]))
+    if not args.no_finetune:
+        model = random_bert_base(device, minilm.tokenizer) if cuda and not args.quick else minilm
+        result["finetune"] = finetune_rows(model, device, *ft)
+        print()
+        print(markdown(result["finetune"]))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"bench: wrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

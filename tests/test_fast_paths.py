@@ -1,0 +1,118 @@
+"""The fast paths of appendix 14 (*Making it fast*) compute the same function as the formulas and as HF.
+
+- ``fused=True``: one-kernel LayerNorm and GELU; ``attn_implementation="sdpa"``: fused attention.
+- :func:`bertlib.unpadded.bert_forward_unpadded`: no padding position is ever computed.
+- :mod:`bertlib.bench` on a tiny grid: every row timed, the workload's [CLS] vectors agree across strategies.
+Padding rows are excluded for the reason given in ``test_fidelity.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+import bertlib
+from bertlib import bench
+from bertlib.unpadded import bert_forward_unpadded, unpad
+from conftest import DEVICE, random_inputs, random_model
+
+F32 = bertlib.tolerance(DEVICE, torch.float32)
+F64 = bertlib.tolerance(DEVICE, torch.float64)
+
+
+def hf_hidden(model, batch):
+    with torch.no_grad():
+        return model(**batch, output_hidden_states=True)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_fused_embedded_model_equals_hf(pretrained, hf_model, real_batch, attn):
+    ours = bertlib.bert_forward(pretrained.state_dict, pretrained.config, **real_batch, attn_implementation=attn,
+                                fused=True)
+    ref = hf_hidden(hf_model, real_batch)
+    m = real_batch["attention_mask"].bool()
+    for a, b in zip(ours.hidden_states, ref.hidden_states, strict=True):
+        assert_close(a[m], b[m], **F32)
+    assert_close(ours.pooler_output, ref.pooler_output, **F32)
+
+
+@pytest.mark.parametrize("overrides", [
+    dict(hidden_act="gelu"), dict(hidden_act="gelu_new"), dict(hidden_act="relu", num_attention_heads=6),
+    dict(layer_norm_eps=1e-5, num_hidden_layers=3),
+], ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+def test_fused_random_configs_float64(overrides):
+    sd, config, model = random_model(7, torch.float64, DEVICE, **overrides)
+    batch = random_inputs(config, 4, 17, seed=3, device=DEVICE)
+    m = batch["attention_mask"].bool()
+    ref = hf_hidden(model, batch)
+    for attn in ("eager", "sdpa"):
+        ours = bertlib.bert_forward(sd, config, **batch, attn_implementation=attn, fused=True)
+        assert_close(ours.last_hidden_state[m], ref.last_hidden_state[m], **F64)
+        assert_close(ours.pooler_output, ref.pooler_output, **F64)
+
+
+def test_all_ones_mask_is_the_same_as_no_mask(pretrained):
+    ids = torch.randint(1000, pretrained.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(DEVICE)
+    a = bertlib.bert_forward(pretrained.state_dict, pretrained.config, ids, torch.ones_like(ids))
+    b = bertlib.bert_forward(pretrained.state_dict, pretrained.config, ids)
+    assert torch.equal(a.last_hidden_state, b.last_hidden_state)
+
+
+def test_unpad_offsets():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    indices, cu_seqlens, lengths = unpad(mask)
+    assert indices.tolist() == [0, 1, 2, 4, 8, 9, 10, 11]
+    assert cu_seqlens.tolist() == [0, 3, 4, 8]
+    assert lengths == [3, 1, 4]
+
+
+def test_unpadded_equals_padded_on_real_tokens(pretrained, hf_model, real_batch):
+    out = bert_forward_unpadded(pretrained.state_dict, pretrained.config, **real_batch, output_hidden_states=True)
+    ref = hf_hidden(hf_model, real_batch)
+    m = real_batch["attention_mask"].bool()
+    assert len(out.hidden_states) == pretrained.config.num_hidden_layers + 1
+    for a, b in zip(out.hidden_states, ref.hidden_states, strict=True):
+        assert_close(a[m], b[m], **F32)
+        assert (a[~m] == 0).all()
+    assert_close(out.pooler_output, ref.pooler_output, **F32)
+
+
+def test_unpadded_random_config_float64():
+    sd, config, model = random_model(11, torch.float64, DEVICE, num_attention_heads=3, hidden_size=36)
+    batch = random_inputs(config, 5, 23, seed=1, device=DEVICE)
+    out = bert_forward_unpadded(sd, config, **batch)
+    ref = hf_hidden(model, batch)
+    m = batch["attention_mask"].bool()
+    assert_close(out.last_hidden_state[m], ref.last_hidden_state[m], **F64)
+    assert_close(out.pooler_output, ref.pooler_output, **F64)
+
+
+def test_unpadded_rejects_left_padding(pretrained):
+    ids = torch.full((2, 5), 1000, device=DEVICE)
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], device=DEVICE)
+    with pytest.raises(ValueError, match="right padding"):
+        bert_forward_unpadded(pretrained.state_dict, pretrained.config, ids, mask)
+
+
+def test_bench_grid_rows_tiny():
+    sd, config, _ = random_model(0)
+    pt = bertlib.Pretrained(state_dict=sd, config=config, tokenizer=None, source="random tiny")
+    rows = bench.grid_rows("tiny", pt, torch.device("cpu"), [(2, 16)], ["float32"], repeats=1, head_loop=True,
+                           compile_=False)
+    impls = {r.impl for r in rows}
+    assert impls == {"hf-eager", "hf-sdpa", "bertlib-eager", "bertlib-eager-fused", "bertlib-sdpa", "bertlib-head-loop"}
+    assert all(r.ms > 0 and r.tokens_per_s > 0 for r in rows)
+    assert next(r for r in rows if r.impl == "hf-sdpa").ratio_vs_hf_sdpa == 1.0
+    table = bench.markdown([r.__dict__ for r in rows])
+    assert table.count("\n") == len(rows) + 1
+
+
+@pytest.mark.data
+def test_bench_workload_strategies_agree(pretrained, real_sentences):
+    rows = bench.workload_rows(pretrained, DEVICE, n_posts=12, max_length=64, batch_size=4)
+    assert len(rows) == 6
+    for r in rows:
+        assert r["max_abs_diff_cls_vs_hf_naive"] <= F32["atol"], r
+        assert r["posts_per_s"] > 0
