@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit notebooks book clean
+.PHONY: install test unit notebooks book bench gpu clean
 
 install: $(STAMP)
 
@@ -34,6 +34,16 @@ notebooks: $(STAMP)
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+## make bench: bertlib vs transformers speed (python -m bertlib.bench); BENCH=--quick for the small CI grid
+BENCH ?=
+bench: $(STAMP)
+	mkdir -p _build
+	$(PY) -m bertlib.bench $(BENCH) --out _build/bench$(subst --,_,$(BENCH)).json
+
+## make gpu: everything on a CUDA machine (full profile): tests, nbval, book, benchmark, fine-tuning (.ci/gpu)
+gpu:
+	bash .ci/gpu
 
 clean:
 	rm -rf _build .pytest_cache
