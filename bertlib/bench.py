@@ -334,6 +334,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--no-workload", action="store_true", help="skip the 20 Newsgroups workload")
     parser.add_argument("--no-finetune", action="store_true", help="skip the training-step comparison")
     parser.add_argument("--repeats", type=int, default=None, help="timing rounds (default: 3 quick, 7 CPU, 20 GPU)")
+    parser.add_argument("--posts", type=int, default=None,
+                        help="workload: the first N test posts (default: 96 quick, all 7,532 otherwise)")
     args = parser.parse_args(argv)
     device = setup(verbose=True).device
     cuda = device.type == "cuda"
@@ -346,6 +348,7 @@ def main(argv: list[str] | None = None) -> dict:
         repeats, n_posts, max_len, wl_batch = (20 if cuda else 7), None, 512, 32
         ft = (32, 512, 10) if cuda else (16, 128, 5)
     repeats = args.repeats or repeats
+    n_posts = args.posts or n_posts
     print(f"bench: {'quick' if args.quick else 'full'} grid, {repeats} interleaved rounds, device={device}")
     minilm = load_pretrained(device=device)
     rows = grid_rows("all-MiniLM-L6-v2", minilm, device, shapes, dtypes, repeats, head_loop=True,
