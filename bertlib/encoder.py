@@ -31,6 +31,22 @@ class BertForwardOutput:
     attentions: tuple[torch.Tensor | None, ...]
 
 
+def expand_head_mask(config: BertConfig, head_mask: torch.Tensor | None) -> torch.Tensor | None:
+    """``(heads,)`` (the same for every layer) or ``(num_hidden_layers, heads)`` → ``(num_hidden_layers, heads)``;
+    ``None`` stays ``None``. HF 4.x's ``get_head_mask``, without its broadcast dimensions (chapter 13)."""
+    if head_mask is None:
+        return None
+    L, H = config.num_hidden_layers, config.num_attention_heads
+    if not isinstance(head_mask, torch.Tensor) or not head_mask.is_floating_point():
+        raise TypeError("head_mask must be a floating-point torch.Tensor of per-head factors (1.0 keeps a head, "
+                        "0.0 switches it off).")
+    if tuple(head_mask.shape) == (H,):
+        return head_mask.expand(L, H)
+    if tuple(head_mask.shape) != (L, H):
+        raise ValueError(f"head_mask must have shape ({H},) or ({L}, {H}) (layers, heads), got {tuple(head_mask.shape)}.")
+    return head_mask
+
+
 def encoder(
     state_dict: Mapping[str, torch.Tensor],
     config: BertConfig,
@@ -40,17 +56,20 @@ def encoder(
     training: bool = False,
     attn_implementation: str = "eager",
     fused: bool = False,
+    head_mask: torch.Tensor | None = None,
 ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor | None, ...]]:
     """Run ``config.num_hidden_layers`` encoder layers, each feeding the next.
 
     ``hidden_states``: the embeddings ``(batch, seq, hidden)``; ``attention_mask``: additive ``(batch, 1, 1, seq)``.
     Returns every hidden state (the input first, ``num_hidden_layers + 1`` in all) and every layer's attention
-    probabilities. Defined in chapter 7, *The encoder loop*.
+    probabilities. ``head_mask``: ``(num_hidden_layers, heads)`` factors, row ``i`` for layer ``i`` (chapter 13).
+    Defined in chapter 7, *The encoder loop*.
     """
     all_hidden, all_attn = [hidden_states], []
     for layer in range(config.num_hidden_layers):
         hidden_states, probs = encoder_layer(state_dict, config, hidden_states, attention_mask, layer=layer,
-                                             training=training, attn_implementation=attn_implementation, fused=fused)
+                                             training=training, attn_implementation=attn_implementation, fused=fused,
+                                             head_mask=None if head_mask is None else head_mask[layer])
         all_hidden.append(hidden_states)
         all_attn.append(probs)
     return tuple(all_hidden), tuple(all_attn)
@@ -66,6 +85,7 @@ def bert_forward(
     training: bool = False,
     attn_implementation: str = "eager",
     fused: bool = False,
+    head_mask: torch.Tensor | None = None,
 ) -> BertForwardOutput:
     """BERT's forward pass from raw weights: embeddings → encoder → pooler.
 
@@ -75,16 +95,21 @@ def bert_forward(
 
     The fast path (appendix 14, *Making it fast*): ``attn_implementation="sdpa"`` (fused attention) and
     ``fused=True`` (one-kernel LayerNorm and GELU): the same math, fewer passes over memory.
+
+    ``head_mask`` (HF 4.x's argument, chapter 13, *Anatomy of HF attention*): ``(heads,)`` for every layer alike or
+    ``(num_hidden_layers, heads)``; head ``h`` of layer ``i`` has its attention probabilities multiplied by the
+    factor (0 = the head is switched off). ``None`` (the default) changes nothing.
     """
     check_config(config)
     check_state_dict(state_dict, config)
     check_inputs(config, input_ids, attention_mask, token_type_ids)
+    head_mask = expand_head_mask(config, head_mask)
     x = embeddings(state_dict, config, input_ids, token_type_ids, training=training, fused=fused)
     if attention_mask is not None and bool(attention_mask.all()):
         attention_mask = None  # nothing to mask: skip adding zeros (exactly the same result; HF does the same)
     mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
     hidden, attn = encoder(state_dict, config, x, mask, training=training, attn_implementation=attn_implementation,
-                           fused=fused)
+                           fused=fused, head_mask=head_mask)
     return BertForwardOutput(
         last_hidden_state=hidden[-1],
         pooler_output=pooler(state_dict, config, hidden[-1]),

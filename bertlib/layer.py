@@ -109,14 +109,16 @@ def encoder_layer(
     training: bool = False,
     attn_implementation: str = "eager",
     fused: bool = False,
+    head_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Self-attention → output dense + residual + LayerNorm → feed-forward + residual + LayerNorm.
 
     ``(batch, seq, hidden)`` in and out; also returns the ``(batch, heads, seq, seq)`` attention probabilities.
     ``fused=True``: LayerNorm and GELU as single PyTorch kernels (appendix 14, *Making it fast*).
+    ``head_mask``: ``(heads,)`` factors for this layer's heads (:func:`bertlib.self_attention`; chapter 13).
     Defined in chapter 6, *The encoder layer* (HF ``BertLayer``).
     """
     context, probs = self_attention(state_dict, config, hidden_states, attention_mask, layer=layer,
-                                    training=training, attn_implementation=attn_implementation)
+                                    training=training, attn_implementation=attn_implementation, head_mask=head_mask)
     attn = attention_output(state_dict, config, context, hidden_states, layer=layer, training=training, fused=fused)
     return feed_forward(state_dict, config, attn, layer=layer, training=training, fused=fused), probs

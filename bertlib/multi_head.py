@@ -30,6 +30,7 @@ def self_attention(
     layer: int = 0,
     training: bool = False,
     attn_implementation: str = "eager",
+    head_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Multi-head self-attention of encoder layer ``layer``, every head in one batched matmul.
 
@@ -37,10 +38,16 @@ def self_attention(
     Returns the concatenated heads' context ``(batch, seq, hidden)`` and the probabilities
     ``(batch, heads, seq, seq)``. ``attn_implementation="sdpa"`` uses PyTorch's fused
     ``scaled_dot_product_attention`` and returns ``None`` for the probabilities (the fused kernel never forms them).
-    Defined in chapter 5, *All heads, batched*.
+    ``head_mask``: ``(heads,)`` or ``None`` (HF 4.x's ``head_mask`` for one layer): head ``h``'s probabilities
+    (after dropout) are multiplied by ``head_mask[h]``, so 0 silences the head; the returned probabilities are the
+    masked ones. Under ``sdpa`` the same product is applied to each head's context (``(p m) V = m (p V)``).
+    Defined in chapter 5, *All heads, batched*; ``head_mask`` in chapter 13, *Anatomy of HF attention*.
     """
     check_config(config)
     check_hidden(config, hidden_states)
+    if head_mask is not None and tuple(head_mask.shape) != (config.num_attention_heads,):
+        raise ValueError(f"head_mask for one layer must have shape ({config.num_attention_heads},) (one factor per "
+                         f"head), got {tuple(head_mask.shape)}.")
     p = f"encoder.layer.{layer}.attention.self."
     heads = config.num_attention_heads
     q, k, v = (
@@ -51,12 +58,19 @@ def self_attention(
     if attn_implementation == "sdpa":
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout)
         probs = None
+        if head_mask is not None:
+            context = context * head_mask.to(context.dtype)[:, None, None]
     elif attn_implementation == "eager":
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # (batch, heads, seq, seq)
         if attention_mask is not None:
             scores = scores + attention_mask
         probs = scores.softmax(dim=-1)
-        context = F.dropout(probs, dropout, training) @ v  # (batch, heads, seq, head_size)
+        if head_mask is None:
+            context = F.dropout(probs, dropout, training) @ v  # (batch, heads, seq, head_size)
+        else:  # HF 4.x: attention_probs = dropout(probs) * head_mask
+            m = head_mask.to(probs.dtype)[:, None, None]  # (heads, 1, 1): broadcast over batch, query, key
+            context = (F.dropout(probs, dropout, training) * m) @ v
+            probs = probs * m
     else:
         raise ValueError(f"attn_implementation must be 'eager' or 'sdpa', got {attn_implementation!r}.")
     batch, _, seq, _ = context.shape

@@ -1,0 +1,271 @@
+"""bertlib.pretraining (chapter 11): vocabulary, masking statistics, NSP pairs, position encoding, the heads and
+loss against transformers.BertForPreTraining, and a short training run."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from torch.testing import assert_close
+from transformers import BertConfig, BertForPreTraining
+
+import bertlib
+from bertlib import pretraining as P
+from conftest import random_inputs, random_model
+
+F32 = dict(atol=2e-5, rtol=0.0)
+F64 = dict(atol=1e-10, rtol=0.0)
+
+
+# ---- (1) word-level vocabulary ------------------------------------------------------------------------------------
+
+def test_word_vocab():
+    lines = ["The cat sat on the mat.", "The dog sat, too!"]
+    vocab = P.build_word_vocab(lines)
+    assert list(vocab)[:5] == list(P.SPECIALS) and list(vocab.values()) == list(range(len(vocab)))
+    assert list(vocab)[5:8] == ["the", "sat", "cat"]  # by frequency (3, 2, 1...), ties in order of first appearance
+    ids = P.encode_words("The bird sat.", vocab)
+    assert ids[0] == vocab["<sos>"] and ids[-1] == vocab["<eos>"]
+    assert ids[1:-1] == [vocab["the"], vocab["<unk>"], vocab["sat"], vocab["."]]
+    assert P.simple_words("Don't panic, it's fine!") == ["don't", "panic", ",", "it's", "fine", "!"]
+
+
+# ---- (2) masking ----------------------------------------------------------------------------------------------------
+
+def test_mask_tokens_proportions():
+    """200,000 tokens, 10% of them special or padding. Each observed proportion must lie within 4 standard errors
+    (sqrt(p(1-p)/n)) of its expected value: a false alarm has probability about 6e-5 per check."""
+    g = torch.Generator().manual_seed(0)
+    vocab_size, mask_id = 30000, 3
+    ids = torch.randint(10, vocab_size, (1000, 200), generator=g)
+    special = torch.zeros_like(ids)
+    special[:, 0] = special[:, -1] = 1
+    attention = torch.ones_like(ids)
+    attention[:, -18:] = 0  # padding: 18 per row
+    ids[:, -18:] = 0
+    masked, labels = P.mask_tokens(ids, special, vocab_size, mask_id, 0.15, generator=g, attention_mask=attention)
+    eligible = (special == 0) & (attention == 1)
+    chosen = labels != P.IGNORE_INDEX
+    n_eligible, n_chosen = int(eligible.sum()), int(chosen.sum())
+
+    def within(observed: float, p: float, n: int) -> None:
+        se = math.sqrt(p * (1 - p) / n)
+        assert abs(observed - p) < 4 * se, f"observed {observed:.4f}, expected {p:.4f} +- {4 * se:.4f}"
+
+    within(n_chosen / n_eligible, 0.15, n_eligible)
+    is_mask = masked[chosen] == mask_id
+    unchanged = masked[chosen] == ids[chosen]
+    within(is_mask.float().mean().item(), 0.8, n_chosen)
+    # a random draw equals the original (or [MASK]) with probability 1/vocab_size: 3e-6, far below the tolerance
+    within(unchanged.float().mean().item(), 0.1 + 0.1 / vocab_size, n_chosen)
+    within((~is_mask & ~unchanged).float().mean().item(), 0.1 * (1 - 2 / vocab_size), n_chosen)
+    # never special, never padding; labels exactly at chosen positions; the rest untouched
+    assert not chosen[~eligible].any()
+    assert torch.equal(labels[chosen], ids[chosen])
+    assert torch.equal(masked[~chosen], ids[~chosen])
+    assert (labels[~chosen] == P.IGNORE_INDEX).all()
+
+
+def test_mask_tokens_special_padding_and_seed(pretrained):
+    tok = pretrained.tokenizer
+    enc = tok(["a short one", "a somewhat longer sentence than the first one here"], padding=True,
+              return_special_tokens_mask=True, return_tensors="pt")
+    ids, special = enc["input_ids"], enc["special_tokens_mask"]
+    assert special[enc["attention_mask"] == 0].all()  # the tokenizer marks padding as special too
+    for seed in range(20):
+        masked, labels = P.mask_tokens(ids, special, len(tok), tok.mask_token_id, 0.5,
+                                       generator=torch.Generator().manual_seed(seed))
+        assert (labels[special.bool()] == P.IGNORE_INDEX).all()
+        assert torch.equal(masked[special.bool()], ids[special.bool()])
+    a = P.mask_tokens(ids, special, len(tok), tok.mask_token_id, generator=torch.Generator().manual_seed(7))
+    b = P.mask_tokens(ids, special, len(tok), tok.mask_token_id, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    everything = P.mask_tokens(ids, special, len(tok), tok.mask_token_id, 1.0, mask_fraction=1.0, random_fraction=0.0)
+    assert torch.equal(everything[0][~special.bool()], torch.full_like(ids[~special.bool()], tok.mask_token_id))
+    with pytest.raises(ValueError, match="mask_fraction"):
+        P.mask_tokens(ids, special, len(tok), tok.mask_token_id, mask_fraction=0.95, random_fraction=0.1)
+    with pytest.raises(ValueError, match="must match"):
+        P.mask_tokens(ids, special[:, :-1], len(tok), tok.mask_token_id)
+
+
+# ---- (3) NSP pairs ----------------------------------------------------------------------------------------------
+
+def test_nsp_pairs():
+    docs = [[f"d{d}s{i}" for i in range(n)] for d, n in enumerate([30, 1, 25, 40, 0, 35])]
+    owner = {s: d for d, doc in enumerate(docs) for s in doc}
+    pairs = P.nsp_pairs(docs, np.random.default_rng(0))
+    assert len(pairs) == sum(max(len(d) - 1, 0) for d in docs)
+    for p in pairs:
+        da, ia = owner[p.a], docs[owner[p.a]].index(p.a)
+        if p.label == P.IS_NEXT:
+            assert p.b == docs[da][ia + 1]
+        else:
+            assert p.label == P.NOT_NEXT and owner[p.b] != da
+    frac = np.mean([p.label for p in pairs])
+    assert abs(frac - 0.5) < 4 * math.sqrt(0.25 / len(pairs))
+    again = P.nsp_pairs(docs, np.random.default_rng(0))
+    assert [(p.a, p.b, p.label) for p in again] == [(p.a, p.b, p.label) for p in pairs]
+    with pytest.raises(ValueError, match="two non-empty"):
+        P.nsp_pairs([["a", "b"], []], np.random.default_rng(0))
+
+
+def test_tokenize_pairs_segments(pretrained):
+    tok = pretrained.tokenizer
+    pairs = [P.NSPPair("the first segment.", "and the second one.", 0), P.NSPPair("short.", "also short.", 1)]
+    data = P.tokenize_pairs(pairs, tok, max_length=16)
+    assert data.input_ids.shape == (2, 16) and data.next_sentence_label.tolist() == [0, 1]
+    row = data.input_ids[0][data.attention_mask[0].bool()]
+    seps = (row == tok.sep_token_id).nonzero().flatten().tolist()
+    types = data.token_type_ids[0][data.attention_mask[0].bool()]
+    assert row[0] == tok.cls_token_id and len(seps) == 2 and seps[1] == len(row) - 1
+    assert (types[: seps[0] + 1] == 0).all() and (types[seps[0] + 1:] == 1).all()
+    assert data.special_tokens_mask[0][[0, seps[0], seps[1]]].all()
+    vocab = P.compact_vocab(data.input_ids[data.attention_mask.bool()], tok, 12)
+    small = data.remap(vocab)
+    assert small.vocab_size == vocab.size <= 12 and small.mask_token_id == vocab.mask_id
+    kept = small.input_ids != vocab.unk_id
+    assert torch.equal(vocab.decode(small.input_ids)[kept], data.input_ids[kept])
+    assert small.special_tokens_mask[~kept].all()
+
+
+# ---- (4) sinusoidal position encoding ---------------------------------------------------------------------------
+
+def test_sinusoidal_position_encoding():
+    pe = P.sinusoidal_position_encoding(50, 16, dtype=torch.float64)
+    for pos in (0, 7, 49):
+        for i in range(8):
+            angle = pos / 10000 ** (2 * i / 16)
+            assert math.isclose(pe[pos, 2 * i].item(), math.sin(angle), abs_tol=1e-12)
+            assert math.isclose(pe[pos, 2 * i + 1].item(), math.cos(angle), abs_tol=1e-12)
+    dots = pe @ pe.T  # depends only on the offset: sum_i cos(w_i (p - q))
+    for k in (1, 5, 20):
+        assert_close(torch.diagonal(dots, k), torch.full((50 - k,), dots[0, k].item(), dtype=torch.float64), **F64)
+    assert_close(torch.diagonal(dots), torch.full((50,), 8.0, dtype=torch.float64), **F64)
+    with pytest.raises(ValueError, match="even"):
+        P.sinusoidal_position_encoding(10, 7)
+
+
+# ---- (5) heads and loss against transformers.BertForPreTraining ---------------------------------------------------
+
+def hf_pretraining_twin(sd: dict, config: BertConfig, seed: int, dtype=torch.float64):
+    """BertForPreTraining with ``sd`` as its encoder and seeded random heads; returns (model, our state dict)."""
+    config = copy.deepcopy(config)
+    config._attn_implementation = "eager"
+    transformers.logging.set_verbosity_error()
+    model = BertForPreTraining(config).to(dtype).eval()
+    model.bert.load_state_dict({k: v.to(dtype) for k, v in sd.items()}, strict=False)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.cls.named_parameters():  # the tied decoder weight is not listed (it is the embeddings)
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(dtype) * 0.2 + ("LayerNorm.weight" in name))
+    ours = {k[len("bert."):] if k.startswith("bert.") else k: v for k, v in model.state_dict().items()}
+    return model, ours
+
+
+def test_tied_decoder_in_hf():
+    sd, config, _ = random_model(seed=0, dtype=torch.float64)
+    model, _ = hf_pretraining_twin(sd, config, seed=1)
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    assert model.cls.predictions.decoder.bias is model.cls.predictions.bias
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(hidden_act="gelu_new", num_attention_heads=2, num_hidden_layers=1)],
+                         ids=["gelu", "gelu_new"])
+def test_heads_and_loss_equal_hf_random_model(overrides):
+    sd, config, _ = random_model(seed=2, dtype=torch.float64, **overrides)
+    model, ours_sd = hf_pretraining_twin(sd, config, seed=3)
+    batch = random_inputs(config, batch=4, seq=13, seed=5)
+    masked, labels = P.mask_tokens(batch["input_ids"], 1 - batch["attention_mask"], config.vocab_size, 1, 0.3,
+                                   generator=torch.Generator().manual_seed(0))
+    batch["input_ids"] = masked
+    nsl = torch.tensor([0, 1, 1, 0])
+    with torch.no_grad():
+        ref = model(**batch, labels=labels, next_sentence_label=nsl)
+    ours = P.bert_for_pretraining(ours_sd, config, **batch, labels=labels, next_sentence_label=nsl)
+    real = batch["attention_mask"].bool()
+    assert_close(ours.prediction_logits[real], ref.prediction_logits[real], **F64)
+    assert_close(ours.seq_relationship_logits, ref.seq_relationship_logits, **F64)
+    assert_close(ours.loss, ref.loss, **F64)
+    assert_close(ours.mlm_loss + ours.nsp_loss, ours.loss, **F64)
+    only = P.bert_for_pretraining(ours_sd, config, **batch, labels=labels, next_sentence_label=nsl, masked_only=True)
+    assert only.prediction_logits.shape == (int((labels != -100).sum()), config.vocab_size)
+    assert_close(only.loss, ref.loss, **F64)
+
+
+def test_heads_and_loss_equal_hf_embedded_model(pretrained, real_batch):
+    sd, config = pretrained.state_dict, pretrained.config
+    model, ours_sd = hf_pretraining_twin({k: v.cpu() for k, v in sd.items()}, config, seed=4, dtype=torch.float32)
+    batch = {k: v.cpu() for k, v in real_batch.items()}
+    masked, labels = P.mask_tokens(batch["input_ids"], 1 - batch["attention_mask"], config.vocab_size,
+                                   pretrained.tokenizer.mask_token_id, generator=torch.Generator().manual_seed(1),
+                                   attention_mask=batch["attention_mask"])
+    labels[0, 1] = batch["input_ids"][0, 1]  # at least one label
+    batch["input_ids"] = masked
+    nsl = torch.tensor([0, 1, 0])
+    with torch.no_grad():
+        ref = model(**batch, labels=labels, next_sentence_label=nsl)
+    ours = P.bert_for_pretraining(ours_sd, config, **batch, labels=labels, next_sentence_label=nsl)
+    real = batch["attention_mask"].bool()
+    assert_close(ours.prediction_logits[real], ref.prediction_logits[real], atol=1e-4, rtol=0.0)  # logits ~ 1e2
+    assert_close(ours.seq_relationship_logits, ref.seq_relationship_logits, **F32)
+    assert_close(ours.loss, ref.loss, atol=1e-4, rtol=1e-5)
+
+
+def test_init_state_dict():
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=20, pad_token_id=0)
+    sd = P.init_state_dict(config, seed=0)
+    bertlib.check_state_dict(sd, config)
+    assert set(sd) == set(bertlib.expected_shapes(config)) | set(P.pretraining_head_shapes(config))
+    assert (sd["embeddings.word_embeddings.weight"][0] == 0).all()
+    assert (sd["encoder.layer.0.output.LayerNorm.weight"] == 1).all() and (sd["cls.predictions.bias"] == 0).all()
+    std = sd["encoder.layer.1.intermediate.dense.weight"].std().item()
+    assert abs(std - config.initializer_range) < 0.1 * config.initializer_range
+    assert torch.equal(P.init_state_dict(config, seed=0)["pooler.dense.weight"], sd["pooler.dense.weight"])
+
+
+# ---- (6) training -------------------------------------------------------------------------------------------------
+
+def test_training_reduces_both_losses_and_exports_to_hf():
+    """A tiny model on a synthetic task with structure in both objectives: segment A counts up from a random start
+    (ids 5-22, modulo 18); an IsNext segment B keeps counting, a NotNext B is random ids from 23-39. A masked id is
+    predictable from its neighbours, and B's ids tell NotNext apart. 80 steps must lower both losses clearly."""
+    g = torch.Generator().manual_seed(0)
+    vocab, n, half = 40, 512, 6
+    start = torch.randint(18, (n, 1), generator=g)
+    a = (start + torch.arange(half)) % 18 + 5
+    label = torch.randint(2, (n,), generator=g)
+    b = torch.where(label[:, None] == 0, (start + half + torch.arange(half)) % 18 + 5,
+                    torch.randint(23, vocab, (n, half), generator=g))
+    cls, sep = torch.full((n, 1), 2), torch.full((n, 1), 3)
+    ids = torch.cat([cls, a, sep, b, sep], 1)
+    types = torch.cat([torch.zeros(n, half + 2), torch.ones(n, half + 1)], 1).long()
+    special = (ids == 2) | (ids == 3)
+    data = P.PretrainingData(ids, types, torch.ones_like(ids), special.long(), label, vocab, 4)
+    config = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=ids.shape[1], pad_token_id=0)
+    torch.manual_seed(0)
+    model = P.BertPretrainingModel(P.init_state_dict(config, seed=0), config)
+    before = P.evaluate(model, data)
+    hist = P.pretrain(model, data, steps=80, batch_size=32, lr=3e-3, seed=0)
+    after = P.evaluate(model, data)
+    assert len(hist.mlm) == 80 and hist.lr[0] < hist.lr[10] and hist.lr[-1] < hist.lr[10]
+    assert after["mlm_loss"] < before["mlm_loss"] - 0.3, (before, after)
+    assert after["nsp_loss"] < before["nsp_loss"] - 0.05, (before, after)
+    assert np.mean(hist.total[-10:]) < np.mean(hist.total[:10])
+    # the trained weights load into transformers.BertForPreTraining and give the same outputs
+    keys = set(model.state_dict())
+    config._attn_implementation = "eager"
+    hf = BertForPreTraining(config).eval()
+    missing, unexpected = hf.load_state_dict(model.state_dict(), strict=False)
+    assert not unexpected and set(missing) <= {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
+    assert keys == set(hf.state_dict()) - {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
+    with torch.no_grad():
+        ours = model(ids[:8], None, types[:8])
+        ref = hf(input_ids=ids[:8], token_type_ids=types[:8])
+    assert_close(ours.prediction_logits, ref.prediction_logits, **F32)
+    assert_close(ours.seq_relationship_logits, ref.seq_relationship_logits, **F32)
