@@ -22,8 +22,8 @@ from .classifier import BertClassifier
 
 def hf_config(classifier: BertClassifier, label_names: Sequence[str]):
     """The classifier's ``BertConfig`` turned into a ``BertForSequenceClassification`` one: ``num_labels``,
-    ``id2label``/``label2id`` from ``label_names``, ``problem_type="single_label_classification"`` (so the
-    pipeline applies a softmax) and ``architectures``."""
+    ``id2label``/``label2id`` from ``label_names``, ``problem_type="single_label_classification"`` when there
+    are two or more classes (so the pipeline applies a softmax) and ``architectures``."""
     label_names = [str(n) for n in label_names]
     if len(label_names) != classifier.num_labels:
         raise ValueError(
@@ -35,7 +35,9 @@ def hf_config(classifier: BertClassifier, label_names: Sequence[str]):
     config = copy.deepcopy(classifier.config)
     config.id2label = dict(enumerate(label_names))
     config.label2id = {name: i for i, name in enumerate(label_names)}
-    config.problem_type = "single_label_classification"
+    # transformers refuses a one-output model whose problem_type says single-label classification (it is
+    # regression there, and the pipeline applies a sigmoid): leave problem_type unset in that case.
+    config.problem_type = "single_label_classification" if classifier.num_labels > 1 else None
     config.architectures = ["BertForSequenceClassification"]
     return config
 
