@@ -47,3 +47,23 @@ gpu:
 
 clean:
 	rm -rf _build .pytest_cache
+
+## make browser-test: the built book in a real browser (after `make book`): Debian's chromium driven by Playwright
+## against _build/html on 127.0.0.1; every page in _toc.yml loads offline with no console error, MathJax and bertviz
+## render, links resolve; full-page screenshots land in _build/screenshots/. Installs chromium with apt if missing.
+.PHONY: browser-test
+CHROMIUM ?= /usr/bin/chromium
+browser-test: $(STAMP)
+	@test -f _build/html/index.html || { echo "browser-test: no _build/html/index.html: run 'make book' first"; exit 1; }
+	@command -v $(CHROMIUM) >/dev/null || { echo "browser-test: installing Debian's chromium (apt)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	$(PY) -m pip install --quiet -e ".[browser]"
+	BOOK_BROWSER_REQUIRED=1 CHROMIUM=$(CHROMIUM) $(PY) -m pytest tests/browser -p no:cacheprovider -v --durations=5
+
+# The book's browser assets (require.js, d3, jQuery, MathJax) from npm, pinned by package-lock.json and served
+# by the book itself (_ext/bertbook). `make book` installs them first; Node.js/npm come from apt when missing.
+book: node_modules/.package-lock.json
+node_modules/.package-lock.json: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "book: installing Node.js and npm (apt)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
+	npm ci --no-audit --no-fund --loglevel=error

@@ -1,0 +1,40 @@
+"""Sphinx extension for the book "BERT, Taken Apart" (enabled in _config.yml under ``sphinx.local_extensions``).
+
+- :mod:`bertbook.offline`: the built HTML makes no request outside its own origin (require.js, d3, jQuery and
+  MathJax come from npm at build time and are served from ``_vendor/``; CDN URLs are rewritten; an external
+  resource left in a page is a warning, an error under ``-W``).
+- :mod:`bertbook.measure`: each executed chapter states the run time and peak memory the build measured.
+- ``static/bertbook.css``: wide interactive outputs (bertviz ``model_view``) scroll inside their own box.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sphinx.application import Sphinx
+
+from . import measure, offline
+
+STATIC = Path(__file__).with_name("static")
+
+
+def _add_static(app: Sphinx) -> None:
+    if app.builder.format == "html":
+        app.config.html_static_path.append(str(STATIC))
+        app.add_css_file("bertbook.css")
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("builder-inited", _add_static)
+    app.connect("builder-inited", offline.copy_assets)
+    app.connect("builder-inited", measure.install_kernel_hook)
+    app.connect("source-read", measure.before_read)
+    app.connect("doctree-read", measure.after_read)
+    app.connect("env-purge-doc", measure.purge)
+    app.connect("env-merge-info", measure.merge)
+    # after sphinx.ext.mathjax (priority 500) has added its script tag
+    app.connect("html-page-context", offline.rewrite_page, priority=900)
+    app.connect("build-finished", offline.check_written_pages)
+    app.connect("build-finished", measure.write_summary)
+    return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}

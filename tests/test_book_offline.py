@@ -1,0 +1,73 @@
+"""The offline HTML machinery of _ext/bertbook, without building the book: the CDN URLs bertviz really writes are
+all rewritten to the vendored copies, the scanner finds every kind of external load (and no plain link), and the
+npm pins agree with the lock file. The browser tests (tests/browser) check the built pages themselves."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from toc import ROOT
+
+sys.path.insert(0, str(ROOT / "_ext"))
+offline = pytest.importorskip("bertbook.offline", reason="the book extras (sphinx) are not installed")
+
+
+def _bertviz_html(view: str) -> str:
+    """The HTML bertviz itself emits for a small attention tensor (so a new bertviz CDN URL is caught here)."""
+    bertviz = pytest.importorskip("bertviz")
+    g = torch.Generator().manual_seed(0)
+    layers, heads, seq = 2, 3, 4
+    attention = tuple(torch.softmax(torch.randn(1, heads, seq, seq, generator=g), -1) for _ in range(layers))
+    tokens = ["[CLS]", "hello", "world", "[SEP]"]
+    html = getattr(bertviz, view)(attention, tokens, html_action="return")
+    return html.data
+
+
+@pytest.mark.parametrize("view", ["head_view", "model_view"])
+def test_every_cdn_url_bertviz_writes_is_rewritten(view):
+    raw = _bertviz_html(view)
+    assert offline.external_resources(raw), f"bertviz {view} loads nothing from a CDN any more: update bertbook"
+    html, n = offline.rewrite_cdn_urls(raw, "../")
+    assert n >= 3, f"only {n} CDN URLs rewritten in bertviz {view}"
+    assert offline.external_resources(html) == [], offline.external_resources(html)
+    for path in ("../_vendor/requirejs/require.js", "'../_vendor/d3/d3.min'", "'../_vendor/jquery/jquery.min'"):
+        assert path in html, f"{path} missing after the rewrite"
+
+
+def test_mathjax_cdn_url_is_rewritten():
+    html, n = offline.rewrite_cdn_urls('<script defer src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js">'
+                                       "</script>", "")
+    assert n == 1 and 'src="_vendor/mathjax/tex-mml-chtml.js"' in html
+
+
+def test_scanner_finds_loads_and_ignores_links():
+    page = """
+    <script src="https://cdn.example.org/a.js"></script>
+    <script src="//cdn.example.org/protocol-relative.js"></script>
+    <img alt="x" src="http://img.example.org/b.png">
+    <link rel="stylesheet" href="https://fonts.example.org/c.css">
+    <link rel="canonical" href="https://example.org/page.html">
+    <style>@import url("https://fonts.example.org/d.css");</style>
+    <script>require.config({paths: {d3: 'https://cdnjs.example.org/d3.min'}});</script>
+    <a href="https://arxiv.org/abs/1810.04805">a paper</a>
+    <script src="../_static/local.js"></script>
+    <pre>&lt;script src="https://in.a.code.block/x.js"&gt;</pre>
+    """
+    assert sorted(offline.external_resources(page)) == sorted([
+        "https://cdn.example.org/a.js", "//cdn.example.org/protocol-relative.js", "http://img.example.org/b.png",
+        "https://fonts.example.org/c.css", "https://fonts.example.org/d.css", "https://cdnjs.example.org/d3.min"])
+
+
+def test_npm_pins_match_the_lock_file_and_the_vendored_files():
+    package = json.loads((ROOT / "package.json").read_text())
+    lock = json.loads((ROOT / "package-lock.json").read_text())
+    pins = package["dependencies"]
+    assert {"requirejs", "d3", "jquery", "mathjax"} <= set(pins), pins
+    for name, version in pins.items():
+        assert lock["packages"][f"node_modules/{name}"]["version"] == version, f"package-lock.json is stale for {name}"
+    vendored_packages = {src.split("/")[0] for src in offline.FILES} | {offline.MATHJAX_SRC.split("/")[0]}
+    assert vendored_packages <= set(pins), f"vendored but not pinned: {vendored_packages - set(pins)}"
