@@ -833,8 +833,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bertlib.finetune", description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", choices=sorted(PROFILES), default=None,
-                        help="quick: CPU, a stratified subset, 128 tokens, 1 epoch; full: GPU, all data, 512 tokens, "
-                             "4 epochs (default: $BERTLIB_PROFILE, else full on CUDA and quick on CPU)")
+                        help=f"quick: CPU, a stratified subset of {PROFILES['quick']['train_size']} posts, "
+                             f"{PROFILES['quick']['max_length']} tokens, {PROFILES['quick']['epochs']} epochs; full: "
+                             f"GPU, all data, {PROFILES['full']['max_length']} tokens, {PROFILES['full']['epochs']} "
+                             "epochs (default: $BERTLIB_PROFILE, else full on CUDA and quick on CPU)")
     parser.add_argument("--out", required=True, help="output directory; an existing checkpoint there is resumed")
     parser.add_argument("--remove-headers", action="store_true",
                         help="remove headers, signatures and quoted replies (remove=('headers','footers','quotes'))")
