@@ -5,14 +5,23 @@ machine that slows down mid-run slows all of them alike), after warm-up; the med
 
 - **grid**: rows ``model, impl, batch, seq, dtype, device, ms, tokens_per_s, peak_mem_mb, ratio_vs_hf_sdpa``
   (plus ``mfu`` for bf16/fp16 on a GPU). Implementations: ``hf-eager`` and ``hf-sdpa`` (``transformers.BertModel``
-  with that ``attn_implementation``); ``bertlib-eager`` (chapter 5's batched heads, the formulas as written);
-  ``bertlib-eager-fused`` (the same with one-kernel LayerNorm and GELU); ``bertlib-sdpa`` (the fast path: fused
-  attention + fused LayerNorm/GELU); ``bertlib-head-loop`` (chapter 4's per-head loop, at scale); on CUDA also
-  ``bertlib-sdpa+compile``.
+  with that ``attn_implementation``); ``bertlib-eager`` (chapter 5's batched heads, with LayerNorm and GELU as
+  one PyTorch kernel each, the kernels HF's ``nn.LayerNorm`` and ``GELUActivation`` run: the like-for-like match
+  of ``hf-eager``); ``bertlib-eager-formulas`` (the same with chapter 3's LayerNorm and chapter 6's GELU written
+  out as elementwise operations, what the book derives); ``bertlib-sdpa`` (the fast path: fused attention + fused
+  LayerNorm/GELU, the match of ``hf-sdpa``); ``bertlib-head-loop`` (chapter 4's per-head loop, at scale); on CUDA
+  also ``bertlib-sdpa+compile``. Each row gives its time over ``hf-sdpa``'s and over ``hf-eager``'s.
 - **workload**: 20 Newsgroups test posts: naive padded batches (dataset order) vs length-sorted batches vs
-  bertlib's padding-free path (:mod:`bertlib.unpadded`), in posts/s, with the [CLS] vectors checked equal.
+  bertlib's padding-free path (:mod:`bertlib.unpadded`), in posts/s, with the [CLS] vectors checked equal. The
+  methods take turns batch by batch, so a slowdown of the machine hits all of them alike.
 - **finetune**: training steps/s of ``bertlib.BertClassifier`` vs ``transformers.BertForSequenceClassification``
   with the same loop (AdamW, bf16 autocast on CUDA).
+
+On CPU, glibc's allocator hands large freed blocks back to the operating system, and taking them again costs a
+page fault per 4 KiB; how many a function pays then depends on what ran before it, not on its own arithmetic
+(measured here: 0 to 30,000 faults for the same HF call, several percent of its time). :func:`keep_freed_memory`
+asks glibc to keep freed memory for reuse before anything is timed, the effect PyTorch's CPU performance guide
+gets from jemalloc or tcmalloc; peak memory is measured after handing free memory back (``malloc_trim``).
 
 Model FLOPs utilisation uses ``2 * params + 4 * layers * seq * hidden`` FLOPs per token for the forward pass, with
 ``params`` the non-embedding parameters (an embedding lookup is a copy, not a matmul; Kaplan et al. 2020 count the
@@ -23,6 +32,7 @@ Used by appendix 14, *Making it fast*.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import statistics
 import threading
@@ -31,12 +41,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
+from tqdm.auto import trange
 from transformers import BertConfig
 
 from .attention import attention_head, extended_attention_mask
 from .encoder import bert_forward
 from .pretrained import Pretrained, load_pretrained, to_hf_model
-from .runtime import setup
+from .runtime import progress_enabled, setup
 from .unpadded import bert_forward_unpadded
 
 #: Dense bf16 tensor-core peak (TFLOP/s, without sparsity) by GPU name, for model FLOPs utilisation.
@@ -55,6 +66,7 @@ class Row:
     tokens_per_s: float
     peak_mem_mb: float | None
     ratio_vs_hf_sdpa: float | None = None
+    ratio_vs_hf_eager: float | None = None
     mfu: float | None = None
 
 
@@ -87,6 +99,24 @@ class _RssPeak:
         return (self.peak - self.base) / 2**20
 
 
+def _glibc():
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc (macOS, Windows, musl): leave the allocator alone
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc keep freed memory for reuse: serve blocks up to 32 MiB from the heap (not fresh ``mmap`` pages)
+    and never trim it back to the OS, so that timings do not include page faults inherited from earlier calls.
+    Process-wide and idempotent; returns ``False`` (changing nothing) where the C library is not glibc."""
+    libc = _glibc()
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, 32 * 2**20)) and bool(
+        libc.mallopt(M_TRIM_THRESHOLD, 2**30))
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -101,6 +131,9 @@ def peak_memory_mb(fn: Callable[[], object], device: torch.device) -> float:
         fn()
         _sync(device)
         return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)  # hand free memory back first, so the growth below is what this call needs
     with _RssPeak() as rss:
         fn()
     return rss.mb
@@ -108,7 +141,10 @@ def peak_memory_mb(fn: Callable[[], object], device: torch.device) -> float:
 
 def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int,
                      warmup: int = 1) -> dict[str, float]:
-    """Median milliseconds of each function, timed round-robin: ``repeats`` rounds, each calling every function once."""
+    """Median milliseconds of each function, timed round-robin: ``repeats`` rounds, each calling every function once.
+    On CPU, :func:`keep_freed_memory` is switched on first."""
+    if device.type == "cpu":
+        keep_freed_memory()
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -143,8 +179,15 @@ def forward_flops_per_token(config: BertConfig, n_params: int, seq: int) -> floa
     return 2 * n_params + 4 * config.num_hidden_layers * seq * config.hidden_size
 
 
+def outputs_only(*args, **kwargs):
+    """:func:`bertlib.bert_forward` keeping only the outputs, as ``transformers.BertModel`` does by default (no
+    hidden state per layer, no attention probabilities): the like-for-like comparison."""
+    return bert_forward(*args, output_hidden_states=False, output_attentions=False, **kwargs)
+
+
 def head_loop_forward(sd, config, input_ids, attention_mask):
-    """Chapter 4's per-head loop run through every layer (only attention differs from ``bert_forward``)."""
+    """Chapter 4's per-head loop run through every layer (only attention differs from ``bert_forward``; the
+    formulas as written, so its match is ``bertlib-eager-formulas``)."""
     from .embeddings import embeddings
     from .layer import attention_output, feed_forward
 
@@ -170,7 +213,7 @@ def grid_rows(name: str, pt: Pretrained, device: torch.device, shapes, dtypes, r
     n_params = matmul_params(sd)
     hf = {impl: to_hf_model(pt, impl) for impl in ("eager", "sdpa")}
     peak_tflops = gpu_peak_tflops(device)
-    compiled = torch.compile(bert_forward, dynamic=False) if compile_ and device.type == "cuda" else None
+    compiled = torch.compile(outputs_only, dynamic=False) if compile_ and device.type == "cuda" else None
     rows = []
     for batch, seq in shapes:
         g = torch.Generator().manual_seed(batch * 1000 + seq)
@@ -189,9 +232,9 @@ def grid_rows(name: str, pt: Pretrained, device: torch.device, shapes, dtypes, r
             impls = {
                 "hf-eager": run(lambda: hf["eager"](input_ids=ids, attention_mask=mask)),
                 "hf-sdpa": run(lambda: hf["sdpa"](input_ids=ids, attention_mask=mask)),
-                "bertlib-eager": run(lambda: bert_forward(sd, config, ids, mask)),
-                "bertlib-eager-fused": run(lambda: bert_forward(sd, config, ids, mask, fused=True)),
-                "bertlib-sdpa": run(lambda: bert_forward(sd, config, ids, mask, attn_implementation="sdpa", fused=True)),
+                "bertlib-eager": run(lambda: outputs_only(sd, config, ids, mask, fused=True)),
+                "bertlib-eager-formulas": run(lambda: outputs_only(sd, config, ids, mask)),
+                "bertlib-sdpa": run(lambda: outputs_only(sd, config, ids, mask, attn_implementation="sdpa", fused=True)),
             }
             if head_loop:
                 impls["bertlib-head-loop"] = run(lambda: head_loop_forward(sd, config, ids, mask))
@@ -205,6 +248,7 @@ def grid_rows(name: str, pt: Pretrained, device: torch.device, shapes, dtypes, r
                 rows.append(Row(name, impl, batch, seq, dtype_name, str(device), round(ms[impl], 3),
                                 round(batch * seq / (ms[impl] / 1e3)), round(peak_memory_mb(fn, device), 1),
                                 ratio_vs_hf_sdpa=round(ms[impl] / ms["hf-sdpa"], 3),
+                                ratio_vs_hf_eager=round(ms[impl] / ms["hf-eager"], 3),
                                 mfu=None if mfu is None else round(mfu, 4)))
     return rows
 
@@ -235,20 +279,10 @@ def workload_rows(pt: Pretrained, device: torch.device, n_posts: int | None, max
     def cls_of(fn):
         return lambda ids, m: fn(ids, m).last_hidden_state[:, 0]
 
-    def run(order, fn):
-        cls = torch.empty(len(enc), config.hidden_size, device=device)
-        _sync(device)
-        t0 = time.perf_counter()
-        with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            for idx, ids, mask in padded_batches(enc, order, batch_size, pad, device):
-                cls[idx] = fn(ids, mask).float()
-        _sync(device)
-        return time.perf_counter() - t0, cls
-
     naive = list(range(len(enc)))
     by_length = sorted(naive, key=lambda j: len(enc[j]))
     hf_fn = cls_of(lambda ids, m: hf(input_ids=ids, attention_mask=m))
-    fast_fn = cls_of(lambda ids, m: bert_forward(sd, config, ids, m, attn_implementation="sdpa", fused=True))
+    fast_fn = cls_of(lambda ids, m: outputs_only(sd, config, ids, m, attn_implementation="sdpa", fused=True))
     unpadded_fn = cls_of(lambda ids, m: bert_forward_unpadded(sd, config, ids, m))
     methods = {
         "hf-sdpa, naive batches": (naive, hf_fn),
@@ -258,17 +292,33 @@ def workload_rows(pt: Pretrained, device: torch.device, n_posts: int | None, max
         "bertlib padding-free, naive order": (naive, unpadded_fn),
         "bertlib padding-free, length-sorted": (by_length, unpadded_fn),
     }
-    run(by_length[-batch_size:], hf_fn)  # warm-up on the longest posts
+    if device.type == "cpu":
+        keep_freed_memory()
+    batches = {name: list(padded_batches(enc, order, batch_size, pad, device)) for name, (order, _) in methods.items()}
+    cls = {name: torch.empty(len(enc), config.hidden_size, device=device) for name in methods}
+    seconds = dict.fromkeys(methods, 0.0)
+    with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+        _, ids, mask = next(padded_batches(enc, by_length[-batch_size:], batch_size, pad, device))
+        for _, fn in methods.values():  # warm-up on the longest posts
+            fn(ids, mask)
+        n_batches = len(batches["hf-sdpa, naive batches"])
+        for i in trange(n_batches, desc="20news batches, every method in turn",
+                        leave=False, disable=not progress_enabled()):
+            for name, (_, fn) in methods.items():
+                idx, ids, mask = batches[name][i]
+                _sync(device)
+                t0 = time.perf_counter()
+                out = fn(ids, mask)
+                _sync(device)
+                seconds[name] += time.perf_counter() - t0
+                cls[name][idx] = out.float()
     n_tokens = sum(len(e) for e in enc)
-    out, ref = [], None
-    for name, (order, fn) in methods.items():
-        seconds, cls = run(order, fn)
-        ref = cls if ref is None else ref
-        out.append({"workload": f"20news test, {len(enc)} posts, max {max_length} tokens", "method": name,
-                    "dtype": str(dtype).removeprefix("torch."), "device": str(device),
-                    "seconds": round(seconds, 3), "posts_per_s": round(len(enc) / seconds, 1),
-                    "real_tokens_per_s": round(n_tokens / seconds),
-                    "max_abs_diff_cls_vs_hf_naive": float((cls - ref).abs().max())})
+    ref = cls[next(iter(methods))]
+    out = [{"workload": f"20news test, {len(enc)} posts, max {max_length} tokens", "method": name,
+            "dtype": str(dtype).removeprefix("torch."), "device": str(device),
+            "seconds": round(seconds[name], 3), "posts_per_s": round(len(enc) / seconds[name], 1),
+            "real_tokens_per_s": round(n_tokens / seconds[name]),
+            "max_abs_diff_cls_vs_hf_naive": float((cls[name] - ref).abs().max())} for name in methods]
     base = out[0]["posts_per_s"]
     for r in out:
         r["speedup_vs_hf_naive"] = round(r["posts_per_s"] / base, 2)
@@ -333,15 +383,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=None, help="write every table as JSON")
     parser.add_argument("--no-workload", action="store_true", help="skip the 20 Newsgroups workload")
     parser.add_argument("--no-finetune", action="store_true", help="skip the training-step comparison")
-    parser.add_argument("--repeats", type=int, default=None, help="timing rounds (default: 3 quick, 7 CPU, 20 GPU)")
+    parser.add_argument("--repeats", type=int, default=None, help="timing rounds (default: 5 quick, 7 CPU, 20 GPU)")
     parser.add_argument("--posts", type=int, default=None,
-                        help="workload: the first N test posts (default: 96 quick, all 7,532 otherwise)")
+                        help="workload: the first N test posts at 512 tokens (default: 128 quick, all 7,532 otherwise)")
     args = parser.parse_args(argv)
     device = setup(verbose=True).device
     cuda = device.type == "cuda"
     if args.quick:
-        shapes, base_shapes, dtypes, repeats = [(1, 128), (32, 128)], [(1, 128)], ["float32"], 3
-        n_posts, max_len, wl_batch, ft = 96, 256, 16, (8, 128, 3)
+        shapes, base_shapes, dtypes, repeats = [(1, 128), (32, 128)], [(1, 128)], ["float32"], 5
+        n_posts, max_len, wl_batch, ft = 128, 512, 32, (8, 128, 3)
     else:
         shapes = base_shapes = [(1, 128), (32, 128), (8, 512)] + ([(32, 512)] if cuda else [])
         dtypes = ["float32", "bfloat16", "float16"] if cuda else ["float32"]

@@ -83,6 +83,6 @@ class BertClassifier(nn.Module):
     ) -> torch.Tensor:
         out = bert_forward(dict(self.bert.named_parameters()), self.config, input_ids, attention_mask,
                            token_type_ids, training=self.training, attn_implementation=self.attn_implementation,
-                           fused=self.fused)
+                           fused=self.fused, output_hidden_states=False, output_attentions=False)
         pooled = F.dropout(out.pooler_output, self.dropout_prob, self.training)
         return self.classifier(pooled)

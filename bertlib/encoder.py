@@ -22,7 +22,8 @@ class BertForwardOutput:
 
     ``last_hidden_state``: ``(batch, seq, hidden)``; ``pooler_output``: ``(batch, hidden)``;
     ``hidden_states``: embeddings then one per layer, ``num_hidden_layers + 1`` tensors ``(batch, seq, hidden)``;
-    ``attentions``: one ``(batch, heads, seq, seq)`` per layer (``None`` entries under ``sdpa``).
+    ``attentions``: one ``(batch, heads, seq, seq)`` per layer (``None`` entries under ``sdpa``). Each is ``()``
+    when :func:`bert_forward` was asked not to keep it (``output_hidden_states=False``, ``output_attentions=False``).
     """
 
     last_hidden_state: torch.Tensor
@@ -57,21 +58,29 @@ def encoder(
     attn_implementation: str = "eager",
     fused: bool = False,
     head_mask: torch.Tensor | None = None,
+    output_hidden_states: bool = True,
+    output_attentions: bool = True,
 ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor | None, ...]]:
     """Run ``config.num_hidden_layers`` encoder layers, each feeding the next.
 
     ``hidden_states``: the embeddings ``(batch, seq, hidden)``; ``attention_mask``: additive ``(batch, 1, 1, seq)``.
     Returns every hidden state (the input first, ``num_hidden_layers + 1`` in all) and every layer's attention
     probabilities. ``head_mask``: ``(num_hidden_layers, heads)`` factors, row ``i`` for layer ``i`` (chapter 13).
+    ``output_hidden_states=False`` keeps only the last hidden state (a 1-tuple), ``output_attentions=False`` no
+    probabilities (``()``): each layer's tensors can then be freed as soon as the next layer has read them.
     Defined in chapter 7, *The encoder loop*.
     """
     all_hidden, all_attn = [hidden_states], []
     for layer in range(config.num_hidden_layers):
         hidden_states, probs = encoder_layer(state_dict, config, hidden_states, attention_mask, layer=layer,
                                              training=training, attn_implementation=attn_implementation, fused=fused,
-                                             head_mask=None if head_mask is None else head_mask[layer])
+                                             head_mask=None if head_mask is None else head_mask[layer],
+                                             output_attentions=output_attentions)
         all_hidden.append(hidden_states)
-        all_attn.append(probs)
+        if output_attentions:
+            all_attn.append(probs)
+        if not output_hidden_states:
+            all_hidden = all_hidden[-1:]  # let the previous layer's output go
     return tuple(all_hidden), tuple(all_attn)
 
 
@@ -86,6 +95,8 @@ def bert_forward(
     attn_implementation: str = "eager",
     fused: bool = False,
     head_mask: torch.Tensor | None = None,
+    output_hidden_states: bool = True,
+    output_attentions: bool = True,
 ) -> BertForwardOutput:
     """BERT's forward pass from raw weights: embeddings → encoder → pooler.
 
@@ -99,6 +110,11 @@ def bert_forward(
     ``head_mask`` (HF 4.x's argument, chapter 13, *Anatomy of HF attention*): ``(heads,)`` for every layer alike or
     ``(num_hidden_layers, heads)``; head ``h`` of layer ``i`` has its attention probabilities multiplied by the
     factor (0 = the head is switched off). ``None`` (the default) changes nothing.
+
+    ``output_hidden_states`` and ``output_attentions`` (HF's names): the book looks at every intermediate, so both
+    default to ``True`` here (HF's ``BertModel`` defaults to ``False``). Pass ``False`` when only the outputs
+    matter: the field is then ``()``, and each layer's activations and its ``(batch, heads, seq, seq)``
+    probabilities are freed as the pass goes, as in HF (appendix 14 measures the difference).
     """
     check_config(config)
     check_state_dict(state_dict, config)
@@ -109,10 +125,11 @@ def bert_forward(
         attention_mask = None  # nothing to mask: skip adding zeros (exactly the same result; HF does the same)
     mask = None if attention_mask is None else extended_attention_mask(attention_mask, x.dtype)
     hidden, attn = encoder(state_dict, config, x, mask, training=training, attn_implementation=attn_implementation,
-                           fused=fused, head_mask=head_mask)
+                           fused=fused, head_mask=head_mask, output_hidden_states=output_hidden_states,
+                           output_attentions=output_attentions)
     return BertForwardOutput(
         last_hidden_state=hidden[-1],
         pooler_output=pooler(state_dict, config, hidden[-1]),
-        hidden_states=hidden,
+        hidden_states=hidden if output_hidden_states else (),
         attentions=attn,
     )

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from .classifier import BertClassifier
 from .data import load_20newsgroups
 from .pretrained import Pretrained, load_pretrained
-from .runtime import get_device, set_seed
+from .runtime import get_device, progress_enabled, set_seed
 
 #: What ``--remove-headers`` removes: scikit-learn's ``remove=`` argument.
 REMOVE = ("headers", "footers", "quotes")
@@ -527,11 +527,6 @@ def _model_name(pretrained: Pretrained) -> str:
     return name.rstrip("/").rsplit("/", 2)[-2 if name.rstrip("/").endswith("/model") else -1]
 
 
-def _progress_enabled() -> bool:
-    """tqdm bars only on an interactive terminal and never under CI (``$CI``), to keep logs short."""
-    return sys.stderr.isatty() and not os.environ.get("CI")
-
-
 @dataclass
 class FinetuneResult:
     """What :func:`train` returns: the metrics (also in ``metrics.json``), the classifier holding the best weights
@@ -699,7 +694,7 @@ def _train(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     from tqdm import tqdm
 
     bar = tqdm(total=total_steps, initial=run["step"], desc="fine-tuning", unit="step", dynamic_ncols=True,
-               disable=not _progress_enabled() or not verbose or not ddp.main)
+               disable=not progress_enabled() or not verbose or not ddp.main)
     while not run["finished"]:
         batches = epoch_batches(lengths, cfg.batch_size, cfg.seed, run["epoch"], cfg.bucket_batches)
         t0 = time.perf_counter()

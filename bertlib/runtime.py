@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import random
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,11 @@ def tolerance(device: str | torch.device, dtype: torch.dtype = torch.float32) ->
     if key not in TOLERANCES:
         raise ValueError(f"no tolerance is stated for {key}; add one to bertlib.runtime.TOLERANCES with its reason.")
     return TOLERANCES[key]
+
+
+def progress_enabled() -> bool:
+    """Whether to draw tqdm bars: only on an interactive terminal and never under CI (``$CI``), to keep logs short."""
+    return sys.stderr.isatty() and not os.environ.get("CI")
 
 
 def get_device() -> torch.device:
