@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     texts = example_sentences(args.sentences)
     table = {name: max_diffs(pretrained, texts, device, getattr(torch, name)) for name in args.dtypes.split(",")}
     names = list(table)
-    print(f"| tensor | " + " | ".join(f"max abs diff, {n}" for n in names) + " |")
+    print("| tensor | " + " | ".join(f"max abs diff, {n}" for n in names) + " |")
     print("| --- |" + " --- |" * len(names))
     for key in table[names[0]]:
         print(f"| {key} | " + " | ".join(f"{table[n][key]:.2e}" for n in names) + " |")
