@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit notebooks book bench gpu clean
+.PHONY: install test unit notebooks book bench gpu sweep clean
 
 install: $(STAMP)
 
@@ -20,17 +20,21 @@ $(STAMP): pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (bert-taken-apart)" >/dev/null
 	touch $@
 
-## make test: unit tests of bertlib against transformers, then nbval over every notebook in _toc.yml
+## make test: unit tests of bertlib against transformers, then nbval over every notebook in _toc.yml.
+## Each notebook whose cells all pass is stored with its outputs in the book's execution cache
+## (tests/nbval_book_cache.py), so a `make book` after it renders them instead of executing them again.
+NBVAL := --nbval-lax --nbval-current-env -p tests.nbval_book_cache --nbval-book-cache
 test: $(STAMP)
-	$(PY) -m pytest tests $$($(PY) tests/toc.py) --nbval-lax --nbval-current-env --durations=15
+	$(PY) -m pytest tests $$($(PY) tests/toc.py) $(NBVAL) --durations=15
 
 unit: $(STAMP)
 	$(PY) -m pytest tests
 
 notebooks: $(STAMP)
-	$(PY) -m pytest $$($(PY) tests/toc.py) --nbval-lax --nbval-current-env --durations=0
+	$(PY) -m pytest $$($(PY) tests/toc.py) $(NBVAL) --durations=0
 
-## make book: execute every notebook and build the HTML book into _build/html (warnings are errors)
+## make book: build the HTML book into _build/html (warnings are errors), executing every notebook that the execution
+## cache does not already hold for this code and these settings (after `make test`, none)
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
@@ -40,6 +44,12 @@ BENCH ?=
 bench: $(STAMP)
 	mkdir -p _build
 	$(PY) -m bertlib.bench $(BENCH) --out _build/bench$(subst --,_,$(BENCH)).json
+
+## make sweep: the chapters that train, sample or time something under seeds 0-4 and with one torch thread; prints
+## each claim's worst margin (tests/sweep.py; _build/sweep/margins.md). SWEEP="--seeds 0 1" to choose.
+SWEEP ?=
+sweep: $(STAMP)
+	$(PY) tests/sweep.py $(SWEEP)
 
 ## make gpu: everything on a CUDA machine (full profile): tests, nbval, book, benchmark, fine-tuning (.ci/gpu)
 gpu:

@@ -19,6 +19,8 @@ import numpy as np
 from sklearn.datasets import fetch_20newsgroups, get_data_home, load_files
 from sklearn.utils import Bunch
 
+from .runtime import resolve_seed
+
 #: Environment variable naming a local ``20news-bydate.tar.gz``.
 ARCHIVE_ENV = "BERTLIB_20NG_ARCHIVE"
 #: Documents per split in the ``bydate`` version, as scikit-learn documents them.
@@ -110,19 +112,20 @@ def example_sentences(
     n: int = 3,
     *,
     subset: str = "train",
-    seed: int = 0,
+    seed: int | None = None,
     min_words: int = 6,
     max_words: int = 24,
     **kwargs,
 ) -> list[str]:
-    """``n`` real sentences from 20 Newsgroups posts (headers, signatures and quotes removed), chosen by ``seed``.
+    """``n`` real sentences from 20 Newsgroups posts (headers, signatures and quotes removed), chosen by ``seed``
+    (default ``$BERTLIB_SEED``, else 0).
 
     Each is the first sentence of a post with ``min_words`` to ``max_words`` words, plain ASCII and no e-mail
     addresses, so the chapters show real text of different lengths (a padded batch). Keyword arguments go to
     :func:`load_20newsgroups` (``archive``, ``data_home``).
     """
     bunch = load_20newsgroups(subset, remove=("headers", "footers", "quotes"), **kwargs)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(resolve_seed(seed))
     chosen: list[str] = []
     for i in rng.permutation(len(bunch.data)):
         text = " ".join(bunch.data[i].split())

@@ -57,7 +57,7 @@ import torch.nn.functional as F
 from .classifier import BertClassifier
 from .data import load_20newsgroups
 from .pretrained import Pretrained, load_pretrained
-from .runtime import get_device, progress_enabled, set_seed
+from .runtime import default_seed, get_device, progress_enabled, set_seed
 
 #: What ``--remove-headers`` removes: scikit-learn's ``remove=`` argument.
 REMOVE = ("headers", "footers", "quotes")
@@ -95,8 +95,8 @@ class FinetuneConfig:
 
     profile: str = "quick"
     remove_headers: bool = False
-    seed: int = 0
-    data_seed: int = 0  # the subset and the validation split: fixed while the training seed varies
+    seed: int = field(default_factory=default_seed)  # $BERTLIB_SEED, else 0
+    data_seed: int = field(default_factory=default_seed)  # the subset and validation split; --data-seed fixes it
     train_size: int | None = 1000  # posts drawn (stratified) from the training split; None = all 11,314
     val_fraction: float = 0.1  # of those, held out (stratified) for validation
     test_size: int | None = 500  # posts drawn (stratified) from the test split; None = all 7,532

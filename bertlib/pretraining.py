@@ -27,6 +27,7 @@ from .classifier import _module_tree
 from .encoder import bert_forward
 from .layer import activation
 from .layer_norm import layer_norm
+from .runtime import resolve_seed
 
 #: Special tokens of the word-level vocabulary, in the order a from-scratch tutorial gives them ids 0-4.
 SPECIALS = ("<pad>", "<unk>", "<eos>", "<sos>", "<mask>")
@@ -121,29 +122,44 @@ class NSPPair:
     label: int
 
 
-def nsp_pairs(sentences_by_doc: Sequence[Sequence[object]], rng: np.random.Generator,
-              random_probability: float = 0.5) -> list[NSPPair]:
-    """For every pair of consecutive sentences ``(s_i, s_{i+1})`` of a document: with probability
-    ``1 - random_probability`` keep ``s_{i+1}`` as segment B (label 0, IsNext); otherwise replace it by a sentence
-    drawn uniformly from a *different* document (label 1, NotNext). ``rng``: a ``numpy.random.Generator``.
+def _segment(sentences: Sequence[object]) -> object:
+    """Consecutive sentences as one segment: strings joined by a space, token lists concatenated."""
+    if all(isinstance(x, str) for x in sentences):
+        return " ".join(sentences)  # type: ignore[arg-type]
+    return [t for x in sentences for t in x]  # type: ignore[union-attr]
 
-    Sentences may be strings or token lists. BERT packs several sentences into each segment (up to 512 tokens);
-    one sentence per segment keeps the examples short. Defined in chapter 11, *Pre-training*.
+
+def nsp_pairs(sentences_by_doc: Sequence[Sequence[object]], rng: np.random.Generator,
+              random_probability: float = 0.5, sentences_per_segment: int = 1) -> list[NSPPair]:
+    """NSP examples from documents (lists of sentences). For every run of ``2k`` consecutive sentences of a document
+    (``k = sentences_per_segment``), segment A is the first ``k``; with probability ``1 - random_probability``
+    segment B is the next ``k`` (label 0, IsNext), otherwise ``k`` consecutive sentences of a *different* document
+    drawn uniformly (label 1, NotNext). ``rng``: a ``numpy.random.Generator``.
+
+    Sentences may be strings or token lists. BERT packs as many sentences into each segment as fit in 512 tokens;
+    ``k > 1`` is a small step that way, and gives the model more words to compare. Defined in chapter 11,
+    *Pre-training*.
     """
+    k = int(sentences_per_segment)
+    if k < 1:
+        raise ValueError(f"sentences_per_segment must be at least 1, got {sentences_per_segment}.")
     docs = [list(d) for d in sentences_by_doc]
-    others = [i for i, d in enumerate(docs) if d]
+    others = [i for i, d in enumerate(docs) if len(d) >= k]
     if len(others) < 2:
-        raise ValueError("nsp_pairs needs at least two non-empty documents to draw random segments from.")
+        raise ValueError(f"nsp_pairs needs at least two documents with {k} or more sentences to draw random "
+                         "segments from.")
     pairs = []
     for d, doc in enumerate(docs):
-        for i in range(len(doc) - 1):
+        for i in range(len(doc) - 2 * k + 1):
+            a = _segment(doc[i:i + k])
             if rng.random() >= random_probability:
-                pairs.append(NSPPair(doc[i], doc[i + 1], IS_NEXT))
+                pairs.append(NSPPair(a, _segment(doc[i + k:i + 2 * k]), IS_NEXT))
             else:
                 j = d
                 while j == d:
                     j = others[int(rng.integers(len(others)))]
-                pairs.append(NSPPair(doc[i], docs[j][int(rng.integers(len(docs[j])))], NOT_NEXT))
+                start = int(rng.integers(len(docs[j]) - k + 1))
+                pairs.append(NSPPair(a, _segment(docs[j][start:start + k]), NOT_NEXT))
     return pairs
 
 
@@ -202,7 +218,7 @@ def pretraining_head_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     }
 
 
-def init_state_dict(config: BertConfig, seed: int = 0, *, heads: bool = True,
+def init_state_dict(config: BertConfig, seed: int | None = None, *, heads: bool = True,
                     dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """A freshly initialised BERT (and, with ``heads``, its pre-training heads), HF's way: every weight matrix and
     embedding table normal with standard deviation ``config.initializer_range``, biases 0, LayerNorm weight 1 and
@@ -210,7 +226,7 @@ def init_state_dict(config: BertConfig, seed: int = 0, *, heads: bool = True,
     plus ``cls.*``. Defined in chapter 11, *Pre-training*.
     """
     check_config(config)
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(resolve_seed(seed))
     shapes = {**expected_shapes(config), **(pretraining_head_shapes(config) if heads else {})}
     sd = {}
     for name, shape in shapes.items():
@@ -447,7 +463,7 @@ def pretrain(
     warmup: float = 0.1,
     weight_decay: float = 0.01,
     mlm_probability: float = 0.15,
-    seed: int = 0,
+    seed: int | None = None,
     max_seconds: float | None = None,
     log: Callable[[str], None] | None = None,
     log_every: int = 100,
@@ -461,7 +477,7 @@ def pretrain(
     evaluated only at the masked positions (``masked_only``). Defined in chapter 11, *Pre-training*.
     """
     device = next(model.parameters()).device
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(resolve_seed(seed))
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
@@ -502,13 +518,13 @@ def pretrain(
 
 
 @torch.no_grad()
-def evaluate(model: BertPretrainingModel, data: PretrainingData, *, batch_size: int = 64, seed: int = 0,
+def evaluate(model: BertPretrainingModel, data: PretrainingData, *, batch_size: int = 64, seed: int | None = None,
              mlm_probability: float = 0.15) -> dict[str, float]:
     """Mean MLM loss (over masked tokens), MLM top-1 accuracy, NSP loss and NSP accuracy on ``data``, with masks
     drawn from ``seed`` (the same masks for every model evaluated with the same seed)."""
     model.eval()
     device = next(model.parameters()).device
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(resolve_seed(seed))
     mlm_sum = mlm_hit = nsp_sum = nsp_hit = n_tok = 0.0
     for s in range(0, len(data), batch_size):
         sl = slice(s, s + batch_size)

@@ -58,6 +58,35 @@ def get_profile(device: torch.device | None = None) -> str:
     return profile
 
 
+def default_seed() -> int:
+    """``$BERTLIB_SEED`` (an integer), else 0: the seed of :func:`setup` and of every ``seed=None`` default in bertlib.
+
+    ``make sweep`` runs the chapters that train, sample or time something under several values of it.
+    """
+    value = os.environ.get("BERTLIB_SEED", "").strip()
+    if not value:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"BERTLIB_SEED must be an integer, got {value!r}: unset it or set e.g. BERTLIB_SEED=1.") from None
+
+
+def resolve_seed(seed: int | None) -> int:
+    """``seed`` itself when given, else :func:`default_seed` (so ``BERTLIB_SEED`` reaches every library default)."""
+    return default_seed() if seed is None else int(seed)
+
+
+def num_threads() -> int | None:
+    """``$BERTLIB_NUM_THREADS`` if set (e.g. 1: another reduction order, a stand-in for another CPU), else None."""
+    value = os.environ.get("BERTLIB_NUM_THREADS", "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"BERTLIB_NUM_THREADS must be a positive integer, got {value!r}.")
+    return int(value)
+
+
 def set_seed(seed: int) -> None:
     """Seed Python, NumPy and PyTorch (every device)."""
     random.seed(seed)
@@ -67,27 +96,32 @@ def set_seed(seed: int) -> None:
 
 @dataclass
 class Setup:
-    """What :func:`setup` chose: the ``device``, the ``profile`` and the ``seed``."""
+    """What :func:`setup` chose: the ``device``, the ``profile``, the ``seed`` and torch's CPU ``threads``."""
 
     device: torch.device
     profile: str
     seed: int
+    threads: int
 
 
-def setup(seed: int = 0, verbose: bool = True) -> Setup:
+def setup(seed: int | None = None, verbose: bool = True) -> Setup:
     """Choose the device and profile once, seed everything, and turn TF32 off so float32 checks are exact.
 
-    Prints one line a reader (and a CI log) can read, e.g. ``profile=quick device=cpu torch=2.13.0 ...``.
+    ``seed`` defaults to ``$BERTLIB_SEED`` (else 0) and ``$BERTLIB_NUM_THREADS`` sets torch's CPU threads. Prints one
+    line a reader (and a CI log) can read, e.g. ``profile=quick device=cpu torch=2.13.0 ... seed=0 threads=2``.
     """
     import transformers
 
     device = get_device()
     profile = get_profile(device)
+    seed = resolve_seed(seed)
+    if num_threads() is not None:
+        torch.set_num_threads(num_threads())
     set_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = False  # fidelity: TF32 matmuls round to 10-bit mantissas
     torch.backends.cudnn.allow_tf32 = False
     if verbose:
         extra = f" gpu={torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
         print(f"profile={profile} device={device}{extra} torch={torch.__version__} "
-              f"transformers={transformers.__version__} python={platform.python_version()} seed={seed}")
-    return Setup(device=device, profile=profile, seed=seed)
+              f"transformers={transformers.__version__} python={platform.python_version()} seed={seed} threads={torch.get_num_threads()}")
+    return Setup(device=device, profile=profile, seed=seed, threads=torch.get_num_threads())

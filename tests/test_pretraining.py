@@ -109,8 +109,30 @@ def test_nsp_pairs():
     assert abs(frac - 0.5) < 4 * math.sqrt(0.25 / len(pairs))
     again = P.nsp_pairs(docs, np.random.default_rng(0))
     assert [(p.a, p.b, p.label) for p in again] == [(p.a, p.b, p.label) for p in pairs]
-    with pytest.raises(ValueError, match="two non-empty"):
+    with pytest.raises(ValueError, match="at least two documents with 1 or more sentences"):
         P.nsp_pairs([["a", "b"], []], np.random.default_rng(0))
+
+
+def test_nsp_pairs_of_several_sentences():
+    """k sentences per segment: A is k consecutive sentences, B the next k (IsNext) or k consecutive sentences of
+    another document (NotNext); strings are joined with a space, token lists concatenated."""
+    docs = [[f"d{d}s{i}" for i in range(n)] for d, n in enumerate([30, 1, 25, 40, 3, 35])]
+    k = 2
+    pairs = P.nsp_pairs(docs, np.random.default_rng(0), sentences_per_segment=k)
+    assert len(pairs) == sum(max(len(d) - 2 * k + 1, 0) for d in docs)
+    for p in pairs:
+        a, b = p.a.split(" "), p.b.split(" ")
+        assert len(a) == len(b) == k
+        da, ia = int(a[0][1:a[0].index("s")]), docs[int(a[0][1:a[0].index("s")])].index(a[0])
+        assert a == docs[da][ia:ia + k]
+        db, ib = int(b[0][1:b[0].index("s")]), None
+        ib = docs[db].index(b[0])
+        assert b == docs[db][ib:ib + k]                        # k consecutive sentences of one document
+        assert (db == da and ib == ia + k) if p.label == P.IS_NEXT else db != da
+    tokens = P.nsp_pairs([[[1, 2], [3], [4, 5], [6]], [[7], [8], [9]]], np.random.default_rng(1), 0.0, 2)
+    assert [(p.a, p.b, p.label) for p in tokens] == [([1, 2, 3], [4, 5, 6], P.IS_NEXT)]
+    with pytest.raises(ValueError, match="sentences_per_segment must be at least 1"):
+        P.nsp_pairs(docs, np.random.default_rng(0), sentences_per_segment=0)
 
 
 def test_tokenize_pairs_segments(pretrained):

@@ -4,6 +4,8 @@
   MathJax come from npm at build time and are served from ``_vendor/``; CDN URLs are rewritten; an external
   resource left in a page is a warning, an error under ``-W``).
 - :mod:`bertbook.measure`: each executed chapter states the run time and peak memory the build measured.
+- :mod:`bertbook.cachekey`: the execution cache is emptied when ``bertlib``, the settings or the package versions
+  differ from those it was filled under (it may have been filled by ``make test``'s nbval run).
 - ``static/bertbook.css``: wide interactive outputs (bertviz ``model_view``) scroll inside their own box.
 """
 
@@ -13,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from sphinx.application import Sphinx
+from sphinx.util import logging
 
-from . import measure, offline
+from . import cachekey, measure, offline
 
+logger = logging.getLogger(__name__)
 STATIC = Path(__file__).with_name("static")
 
 
@@ -25,7 +29,16 @@ def _add_static(app: Sphinx) -> None:
         app.add_css_file("bertbook.css")
 
 
+def _fresh_cache(app: Sphinx) -> None:
+    path = Path(app.config.nb_execution_cache_path or ".jupyter_cache")
+    if not path.is_absolute():
+        path = Path(app.srcdir) / path
+    if cachekey.ensure_fresh(path, Path(app.srcdir)):
+        logger.info("bertbook: emptied the execution cache (bertlib, settings or versions changed since it was filled)")
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("builder-inited", _fresh_cache)
     app.connect("builder-inited", _add_static)
     app.connect("builder-inited", offline.copy_assets)
     app.connect("builder-inited", measure.install_kernel_hook)

@@ -27,23 +27,39 @@ logger = logging.getLogger(__name__)
 ENV_VAR = "BERTBOOK_MEASURE_FILE"
 
 
+def state_dir(build_dir: Path) -> Path:
+    """Where the measurements and the kernels' IPython profile live: ``_build/.bertbook``."""
+    return Path(build_dir) / ".bertbook"
+
+
 def _state_dir(app: Sphinx) -> Path:
-    return Path(app.outdir).parent / ".bertbook"
+    return state_dir(Path(app.outdir).parent)
+
+
+def record_path(state: Path, docname: str, pending: bool) -> Path:
+    """The measurement file of ``docname`` (e.g. ``chapters/01_tokenization``): pending while its kernel runs."""
+    name = docname.replace("/", "__") + (".pending.json" if pending else ".json")
+    return state / "measurements" / name
 
 
 def _record_path(app: Sphinx, docname: str, pending: bool) -> Path:
-    name = docname.replace("/", "__") + (".pending.json" if pending else ".json")
-    return _state_dir(app) / "measurements" / name
+    return record_path(_state_dir(app), docname, pending)
+
+
+def install_startup(state: Path) -> Path:
+    """An IPython profile whose startup file measures each kernel; returns the directory for ``IPYTHONDIR``.
+    Used by the build and by the nbval run that fills the book's execution cache (tests/nbval_book_cache.py)."""
+    ipython = state / "ipython"
+    startup = ipython / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (state / "measurements").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(__file__).with_name("kernel_startup.py"), startup / "00-bertbook-measure.py")
+    return ipython
 
 
 def install_kernel_hook(app: Sphinx) -> None:
-    """builder-inited: an IPython profile whose startup file measures each kernel; kernels inherit IPYTHONDIR."""
-    ipython = _state_dir(app) / "ipython"
-    startup = ipython / "profile_default" / "startup"
-    startup.mkdir(parents=True, exist_ok=True)
-    (_state_dir(app) / "measurements").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(__file__).with_name("kernel_startup.py"), startup / "00-bertbook-measure.py")
-    os.environ["IPYTHONDIR"] = str(ipython)
+    """builder-inited: kernels started by this build inherit ``IPYTHONDIR`` and so measure themselves."""
+    os.environ["IPYTHONDIR"] = str(install_startup(_state_dir(app)))
     if not hasattr(app.env, "bertbook_measured"):
         app.env.bertbook_measured = {}
 
@@ -101,7 +117,9 @@ def describe(record: dict[str, Any]) -> tuple[str, str]:
         measured = (f"This chapter's outputs come from the execution cache of an earlier build, in which its notebook "
                     f"ran in {took} (kernel start included); {memory}.")
         return measured, gpu
-    measured = (f"When this book was built, this chapter's notebook ran in {took} (kernel start included) in "
+    when = ("When `make test` ran before this build (nbval executed the notebook, and the book shows that run's "
+            "outputs)" if record.get("executed_by") == "nbval" else "When this book was built")
+    measured = (f"{when}, this chapter's notebook ran in {took} (kernel start included) in "
                 f"{profile} on {device}, with {memory}. Machine: " + ", ".join(machine or ["not recorded"]) + ".")
     return measured, gpu
 

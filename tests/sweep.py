@@ -1,0 +1,108 @@
+"""``make sweep``: run the chapters whose claims depend on a seed, a thread count or a clock, under several seeds and
+with one torch thread, and report each claim's worst margin.
+
+A claim such as "the held-out NSP loss fell" or "batched attention is faster" holds on a reader's machine only if
+it holds for other seeds and other float reduction orders (one torch thread sums in another order: a stand-in for
+another CPU). Every run executes the chapters under nbval with ``BERTLIB_SEED`` and ``BERTLIB_NUM_THREADS`` set;
+the chapters assert such claims with :func:`bertlib.claims.assert_margin`, which appends each observation to
+``$BERTLIB_MARGINS``. The table (``_build/sweep/margins.md``) gives, per claim, the bound, the range of observed
+values and the worst margin over all runs. The command fails if any run fails.
+
+    python tests/sweep.py                       # seeds 0-4 with the default threads, and seed 0 with one thread
+    python tests/sweep.py --seeds 0 1 --one-thread-seeds 5 --chapters chapters/11_pretraining.ipynb
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The chapters whose assertions depend on random draws, training or timing (the others compare deterministic
+#: computations and are run by `make test` alone).
+CHAPTERS = {
+    "02_embeddings": "random permutations of the tokens",
+    "03_layer_norm": "dropout masks",
+    "04_attention_head": "random inputs; which head looks at the previous token",
+    "05_multi_head_attention": "timing: per-head loop vs batched vs SDPA",
+    "08_pooler": "dropout; a randomly initialised classifier",
+    "09_20newsgroups": "fine-tuning against TF-IDF and frozen features",
+    "10_pipeline": "a short fine-tuning run",
+    "11_pretraining": "pre-training a small BERT from scratch (MLM, NSP)",
+    "13_hf_attention": "head importance and pruning; random relative-position tables",
+    "14_making_it_fast": "timing: fused kernels, SDPA, padding-free batches",
+}
+
+
+def run(chapters: list[str], seed: int, threads: int | None, out: Path) -> tuple[bool, float]:
+    """One nbval run of ``chapters`` under ``seed`` (and ``threads``); its log goes to ``out``."""
+    env = dict(os.environ, BERTLIB_SEED=str(seed), BERTLIB_MARGINS=str(out / "margins.jsonl"))
+    env.pop("BERTLIB_NUM_THREADS", None)
+    if threads:
+        env["BERTLIB_NUM_THREADS"] = str(threads)
+    name = f"seed{seed}" + (f"-threads{threads}" if threads else "")
+    cmd = [sys.executable, "-m", "pytest", *chapters, "--nbval-lax", "--nbval-current-env", "-q", "-p",
+           "no:cacheprovider", f"--junitxml={out / name}.xml"]
+    start = time.perf_counter()
+    with open(out / f"{name}.log", "w") as log:
+        ok = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode == 0
+    return ok, time.perf_counter() - start
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: per claim, the bound, observed range, worst margin (absolute and relative to the bound), runs."""
+    by_claim: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_claim[r["name"]].append(r)
+    lines = ["| claim | needs | observed (min – max) | worst margin | worst margin / bound | runs |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, rs in sorted(by_claim.items()):
+        worst = min(rs, key=lambda r: r["margin"])
+        bounds = {r["bound"] for r in rs}
+        bound = f"{worst['relation']} {worst['bound']:.4g}" + (" (varies)" if len(bounds) > 1 else "")
+        rel = f"{worst['margin'] / abs(worst['bound']):.1%}" if worst["bound"] else "—"
+        obs = [r["observed"] for r in rs]
+        configs = sorted({(r["seed"], r["threads"]) for r in rs})
+        lines.append(f"| {name} | {bound} | {min(obs):.4g} – {max(obs):.4g} | {worst['margin']:.4g} "
+                     f"(seed {worst['seed']}, {worst['threads']} threads) | {rel} | {len(configs)} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--one-thread-seeds", type=int, nargs="*", default=[0],
+                        help="seeds to run again with torch.set_num_threads(1)")
+    parser.add_argument("--chapters", nargs="*", default=[f"chapters/{c}.ipynb" for c in CHAPTERS])
+    parser.add_argument("--out", type=Path, default=ROOT / "_build" / "sweep")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "margins.jsonl").unlink(missing_ok=True)
+    runs = [(s, None) for s in args.seeds] + [(s, 1) for s in args.one_thread_seeds]
+    print(f"sweep: {len(runs)} runs of {len(args.chapters)} chapters; logs in {args.out}", flush=True)
+    failed = []
+    for seed, threads in runs:
+        ok, seconds = run(args.chapters, seed, threads, args.out)
+        label = f"seed={seed} threads={threads or 'default'}"
+        print(f"sweep: {label}: {'passed' if ok else 'FAILED'} in {seconds:.0f} s", flush=True)
+        if not ok:
+            failed.append(label)
+    path = args.out / "margins.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    md = table(rows)
+    (args.out / "margins.md").write_text(md + "\n")
+    print(md)
+    if failed:
+        print(f"sweep: failed runs: {', '.join(failed)} (see the logs in {args.out})")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
