@@ -43,7 +43,8 @@ CHAPTERS = {
 
 def run(chapters: list[str], seed: int, threads: int | None, out: Path) -> tuple[bool, float]:
     """One nbval run of ``chapters`` under ``seed`` (and ``threads``); its log goes to ``out``."""
-    env = dict(os.environ, BERTLIB_SEED=str(seed), BERTLIB_MARGINS=str(out / "margins.jsonl"))
+    env = dict(os.environ, BERTLIB_SEED=str(seed), BERTLIB_MARGINS=str(out / "margins.jsonl"),
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))  # this bertlib
     env.pop("BERTLIB_NUM_THREADS", None)
     if threads:
         env["BERTLIB_NUM_THREADS"] = str(threads)
