@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import DEVICE, _data_available
+from conftest import DEVICE, _data_available, finish
 from safetensors.torch import load_file
 
 import bertlib
@@ -49,20 +49,14 @@ def _command(out: Path, *extra: str) -> subprocess.Popen:
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _finish(proc: subprocess.Popen) -> str:
-    stdout, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{stdout}\n{stderr}"
-    return stdout
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path | str]:
     """Directory A (uninterrupted), directory B (stopped after 3 steps, then resumed), and their logs."""
     a, b = tmp_path_factory.mktemp("uninterrupted"), tmp_path_factory.mktemp("resumed")
     first, stopped = _command(a), _command(b, "--stop-after-steps", "3")
-    log_a, log_stop = _finish(first), _finish(stopped)
+    log_a, log_stop = finish(first), finish(stopped)
     assert (b / ft.CHECKPOINT).exists() and not (b / ft.METRICS).exists(), "the interrupted run left no checkpoint"
-    log_resume = _finish(_command(b))
+    log_resume = finish(_command(b))
     return {"a": a, "b": b, "log_a": log_a, "log_stop": log_stop, "log_resume": log_resume}
 
 
