@@ -63,7 +63,7 @@ def test_outputs_only_changes_nothing_but_what_is_kept(pretrained, real_batch, a
 
 #: Run in a fresh interpreter (the allocator setting is process-wide): allocate four 8 MiB tensors and free them,
 #: eight times over, and print the minor page faults of each round. Without the setting glibc trims the freed 32 MiB
-#: back to the OS each round (its dynamic trim threshold is 2 x 8 MiB) and every round touches fresh pages.
+#: back to the OS (its dynamic trim threshold is 2 x 8 MiB), so the next round touches fresh pages.
 _FAULTS_SCRIPT = """
 import resource, sys
 import torch
@@ -95,15 +95,16 @@ def test_keep_freed_memory_is_idempotent():
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's allocator only")
 def test_keep_freed_memory_stops_page_faults_on_reuse():
     """What the setting promises: freed memory is reused without new page faults. Without it, the same rounds keep
-    faulting, so a setting that did nothing would fail. A round touches 8,192 pages (32 MiB). Measured in 10 runs
-    each (1 and 2 threads): with the setting the heap settles by round 3 (up to 2,049 faults in rounds 2-3, then
-    0 every time); without it 8,160-8,161 faults in every round from round 3 on. Rounds 5-8 are judged."""
+    faulting, so a setting that did nothing would fail. A round touches 8,192 pages (32 MiB). Measured in 30 runs
+    each (1 and 2 threads): with the setting at most 2,049 faults in rounds 2-3, then 0 every time; without it
+    8,068-8,142 in round 2, and in later rounds 8,160 in most runs but 0 in about one of four (where a small
+    allocation happens to pin the heap's top, as the benchmark's docstring describes: it depends on history)."""
     pages = 4 * 8 * 2**20 // 4096
     kept, with_setting = _round_faults("keep")
     _, without = _round_faults("plain")
     assert kept == "True"
-    assert max(with_setting[4:]) < 0.05 * pages, with_setting
-    assert min(without[4:]) > 0.5 * pages, without
+    assert with_setting[1] < 0.5 * pages and max(with_setting[4:]) < 0.05 * pages, with_setting
+    assert without[1] > 0.5 * pages, without
 
 
 @pytest.mark.parametrize("overrides", [
