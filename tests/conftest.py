@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 
 import pytest
 import torch
@@ -20,6 +21,25 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DEVICE = bertlib.get_device()
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
+
+
+#: Seconds a test's subprocess (a fine-tuning run, a torchrun group, a notebook) may take before it counts as hung.
+#: Generous, since a chapter has taken 19 minutes on a loaded 2-core machine; a hang (a DDP rendezvous that never
+#: completes) still fails instead of stalling the suite. Raise it with $BERTLIB_TEST_SUBPROCESS_TIMEOUT.
+SUBPROCESS_TIMEOUT = float(os.environ.get("BERTLIB_TEST_SUBPROCESS_TIMEOUT", 3600))
+
+
+def finish(proc: subprocess.Popen) -> str:
+    """Wait for ``proc`` (with ``SUBPROCESS_TIMEOUT``; killed if it runs over), assert it succeeded, return stdout."""
+    try:
+        stdout, stderr = proc.communicate(timeout=SUBPROCESS_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        raise AssertionError(f"still running after {SUBPROCESS_TIMEOUT:.0f} s (BERTLIB_TEST_SUBPROCESS_TIMEOUT)\n"
+                             f"{stdout}\n{stderr}") from None
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{stdout}\n{stderr}"
+    return stdout
 
 
 @pytest.fixture(scope="session")

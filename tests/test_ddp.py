@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import _data_available
+from conftest import _data_available, finish
 from safetensors.torch import load_file
 
 import bertlib
@@ -60,20 +60,14 @@ def _launch(out: Path, *extra: str, nproc: int = 1) -> subprocess.Popen:
                              *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _finish(proc: subprocess.Popen) -> str:
-    stdout, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, f"exit {proc.returncode}\n{stdout}\n{stderr}"
-    return stdout
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     single, ddp = tmp_path_factory.mktemp("single"), tmp_path_factory.mktemp("ddp")
     first, stopped = _launch(single, "--no-export"), _launch(ddp, "--stop-after-steps", "3", nproc=2)
-    log_single, log_stop = _finish(first), _finish(stopped)
+    log_single, log_stop = finish(first), finish(stopped)
     assert (ddp / ft.CHECKPOINT).exists() and not (ddp / ft.METRICS).exists(), "the stopped DDP run left no checkpoint"
     ckpt = torch.load(ddp / ft.CHECKPOINT, map_location="cpu", weights_only=False)
-    log_resume = _finish(_launch(ddp, nproc=2))
+    log_resume = finish(_launch(ddp, nproc=2))
     return {"single": single, "ddp": ddp, "log_single": log_single, "log_stop": log_stop, "log_resume": log_resume,
             "stopped_ckpt": ckpt}
 

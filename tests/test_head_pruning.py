@@ -15,8 +15,8 @@ import bertlib
 from bertlib import head_pruning as HP
 from conftest import random_inputs, random_model
 
-F64 = dict(atol=1e-10, rtol=0.0)
-F32 = dict(atol=2e-5, rtol=0.0)
+F64 = bertlib.tolerance("cpu", torch.float64)  # these models run on the CPU
+F32 = bertlib.tolerance("cpu", torch.float32)
 
 
 def scaled_values(sd: dict, config, factors: torch.Tensor) -> dict:

@@ -19,10 +19,10 @@ from torch.testing import assert_close
 
 import bertlib
 import bertlib.numpy_bert as nb
-from conftest import random_inputs, random_model
+from conftest import DEVICE, random_inputs, random_model
 
-F64 = dict(atol=1e-10, rtol=0.0)
-F32 = dict(atol=2e-5, rtol=0.0)
+F64 = bertlib.tolerance(DEVICE, torch.float64)
+F32 = bertlib.tolerance(DEVICE, torch.float32)  # the HF side runs on DEVICE
 
 
 def assert_forward_equal(ours: nb.NumpyBertOutput, ref, mask: torch.Tensor, tol: dict) -> None:

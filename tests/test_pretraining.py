@@ -17,8 +17,8 @@ import bertlib
 from bertlib import pretraining as P
 from conftest import random_inputs, random_model
 
-F32 = dict(atol=2e-5, rtol=0.0)
-F64 = dict(atol=1e-10, rtol=0.0)
+F32 = bertlib.tolerance("cpu", torch.float32)  # these models run on the CPU
+F64 = bertlib.tolerance("cpu", torch.float64)
 
 
 # ---- (1) word-level vocabulary ------------------------------------------------------------------------------------

@@ -194,7 +194,13 @@ def _record(page: Any, site: str, v: Visit) -> None:
         before = page.evaluate(SVG_STATE_JS, view["id"])
         target = options[-1] if select.input_value() != options[-1] else options[0]
         select.select_option(target)
-        page.wait_for_timeout(300)
+        try:  # until the view has redrawn (a new, non-empty picture), not a fixed pause that a slow machine outlasts
+            page.wait_for_function(f"""([id, hash]) => {{
+                                         const s = ({SVG_STATE_JS})(id);
+                                         return s.hash !== hash && s.length > 0;
+                                       }}""", arg=[view["id"], before["hash"]], timeout=10_000)
+        except PlaywrightTimeout:
+            pass  # recorded below: the picture did not change
         view["layer_change"] = {"options": len(options), "to": target, "before": before,
                                 "after": page.evaluate(SVG_STATE_JS, view["id"])}
     feats = page.evaluate(FEATURES_JS)
