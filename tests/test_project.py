@@ -124,11 +124,6 @@ def trivial_checks(tree: ast.Module) -> list[str]:
     return found
 
 
-#: Trivially true checks found in the notebooks, reported to the chapters' authors; listed so that this test fails
-#: on any new one and also once these are fixed (then remove them here).
-KNOWN_TRIVIAL = {"04_attention_head.ipynb": ["assert 0.0 <= prev_fraction[best] <= 1.0"]}
-
-
 @pytest.mark.parametrize("path", notebooks(), ids=lambda p: p.name)
 def test_notebook_asserts_what_can_fail(path: Path):
     tree = _code_tree(path)
@@ -137,7 +132,7 @@ def test_notebook_asserts_what_can_fail(path: Path):
     if path.parent.name == "chapters":
         assert any(_is_real_assert_close(c, tol_names) for c in calls), \
             f"{path.name}: no torch.testing.assert_close(a, b) of two different values with the book's tolerance"
-    assert trivial_checks(tree) == KNOWN_TRIVIAL.get(path.name, []), f"{path.name}: checks that cannot fail"
+    assert trivial_checks(tree) == [], f"{path.name}: checks that cannot fail"
 
 
 def test_the_notebook_checks_recognise_what_cannot_fail():
