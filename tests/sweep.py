@@ -83,11 +83,18 @@ def main() -> int:
                         help="seeds to run again with torch.set_num_threads(1)")
     parser.add_argument("--chapters", nargs="*", default=[f"chapters/{c}.ipynb" for c in CHAPTERS])
     parser.add_argument("--out", type=Path, default=ROOT / "_build" / "sweep")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: print the table of the observations already in OUT/margins.jsonl (e.g. "
+                             "after appending those of a `BERTLIB_MARGINS=... make test` run)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "margins.jsonl").unlink(missing_ok=True)
+    if args.report_only:
+        args.seeds, args.one_thread_seeds = [], []
+    else:
+        (args.out / "margins.jsonl").unlink(missing_ok=True)
     runs = [(s, None) for s in args.seeds] + [(s, 1) for s in args.one_thread_seeds]
-    print(f"sweep: {len(runs)} runs of {len(args.chapters)} chapters; logs in {args.out}", flush=True)
+    if runs:
+        print(f"sweep: {len(runs)} runs of {len(args.chapters)} chapters; logs in {args.out}", flush=True)
     failed = []
     for seed, threads in runs:
         ok, seconds = run(args.chapters, seed, threads, args.out)
