@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit notebooks book bench gpu clean
+.PHONY: install test unit lint notebooks book bench gpu clean
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ test: $(STAMP)
 
 unit: $(STAMP)
 	$(PY) -m pytest tests
+
+## make lint: ruff over bertlib/, _ext/ and tests/ (rules in pyproject.toml [tool.ruff])
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 notebooks: $(STAMP)
 	$(PY) -m pytest $$($(PY) tests/toc.py) --nbval-lax --nbval-current-env --durations=0
