@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit notebooks book bench gpu sweep clean
+.PHONY: install test unit lint notebooks book bench gpu sweep clean
 
 install: $(STAMP)
 
@@ -29,6 +29,10 @@ test: $(STAMP)
 
 unit: $(STAMP)
 	$(PY) -m pytest tests
+
+## make lint: ruff over bertlib/, _ext/ and tests/ (rules in pyproject.toml [tool.ruff])
+lint: $(STAMP)
+	$(PY) -m ruff check .
 
 notebooks: $(STAMP)
 	$(PY) -m pytest $$($(PY) tests/toc.py) $(NBVAL) --durations=0

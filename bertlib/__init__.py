@@ -3,7 +3,7 @@
 Each function names the chapter that derives it; the names follow Hugging Face's ``modeling_bert.py``.
 """
 
-from . import data
+from . import data as data  # the module, re-exported (bertlib.data)
 from .attention import attention_head, extended_attention_mask, head_slice
 from .checks import check_config, check_inputs, check_state_dict, expected_shapes
 from .classifier import BertClassifier

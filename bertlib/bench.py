@@ -19,9 +19,10 @@ machine that slows down mid-run slows all of them alike), after warm-up; the med
 
 On CPU, glibc's allocator hands large freed blocks back to the operating system, and taking them again costs a
 page fault per 4 KiB; how many a function pays then depends on what ran before it, not on its own arithmetic
-(measured on 2 cores: 0 to 78,000 faults for the same HF eager call at batch 32 x 128, up to ~15% of its time). :func:`keep_freed_memory`
-asks glibc to keep freed memory for reuse before anything is timed, the effect PyTorch's CPU performance guide
-gets from jemalloc or tcmalloc; peak memory is measured after handing free memory back (``malloc_trim``).
+(measured on 2 cores: 0 to 78,000 faults for the same HF eager call at batch 32 x 128, up to ~15% of its time).
+:func:`keep_freed_memory` asks glibc to keep freed memory for reuse before anything is timed, the effect PyTorch's
+CPU performance guide gets from jemalloc or tcmalloc; peak memory is measured after handing free memory back
+(``malloc_trim``).
 
 Model FLOPs utilisation uses ``2 * params + 4 * layers * seq * hidden`` FLOPs per token for the forward pass, with
 ``params`` the non-embedding parameters (an embedding lookup is a copy, not a matmul; Kaplan et al. 2020 count the
@@ -214,6 +215,14 @@ def grid_rows(name: str, pt: Pretrained, device: torch.device, shapes, dtypes, r
     hf = {impl: to_hf_model(pt, impl) for impl in ("eager", "sdpa")}
     peak_tflops = gpu_peak_tflops(device)
     compiled = torch.compile(outputs_only, dynamic=False) if compile_ and device.type == "cuda" else None
+
+    def run(dtype, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` under inference mode and (below float32) autocast to ``dtype``, as a thunk."""
+        def call():
+            with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+                return fn(*args, **kwargs)
+        return call
+
     rows = []
     for batch, seq in shapes:
         g = torch.Generator().manual_seed(batch * 1000 + seq)
@@ -221,30 +230,23 @@ def grid_rows(name: str, pt: Pretrained, device: torch.device, shapes, dtypes, r
         mask = torch.ones_like(ids)
         for dtype_name in dtypes:
             dtype = getattr(torch, dtype_name)
-
-            def run(fn):
-                def call():
-                    with torch.inference_mode(), torch.autocast(device.type, dtype=dtype,
-                                                                enabled=dtype != torch.float32):
-                        return fn()
-                return call
-
             impls = {
-                "hf-eager": run(lambda: hf["eager"](input_ids=ids, attention_mask=mask)),
-                "hf-sdpa": run(lambda: hf["sdpa"](input_ids=ids, attention_mask=mask)),
-                "bertlib-eager": run(lambda: outputs_only(sd, config, ids, mask, fused=True)),
-                "bertlib-eager-formulas": run(lambda: outputs_only(sd, config, ids, mask)),
-                "bertlib-sdpa": run(lambda: outputs_only(sd, config, ids, mask, attn_implementation="sdpa", fused=True)),
+                "hf-eager": run(dtype, hf["eager"], input_ids=ids, attention_mask=mask),
+                "hf-sdpa": run(dtype, hf["sdpa"], input_ids=ids, attention_mask=mask),
+                "bertlib-eager": run(dtype, outputs_only, sd, config, ids, mask, fused=True),
+                "bertlib-eager-formulas": run(dtype, outputs_only, sd, config, ids, mask),
+                "bertlib-sdpa": run(dtype, outputs_only, sd, config, ids, mask, attn_implementation="sdpa", fused=True),
             }
             if head_loop:
-                impls["bertlib-head-loop"] = run(lambda: head_loop_forward(sd, config, ids, mask))
+                impls["bertlib-head-loop"] = run(dtype, head_loop_forward, sd, config, ids, mask)
             if compiled is not None:
-                impls["bertlib-sdpa+compile"] = run(
-                    lambda: compiled(sd, config, ids, mask, attn_implementation="sdpa", fused=True))
+                impls["bertlib-sdpa+compile"] = run(dtype, compiled, sd, config, ids, mask,
+                                                    attn_implementation="sdpa", fused=True)
             ms = time_interleaved(impls, device, repeats)
             for impl, fn in impls.items():
                 flops = forward_flops_per_token(config, n_params, seq) * batch * seq
-                mfu = flops / (ms[impl] / 1e3) / (peak_tflops * 1e12) if peak_tflops and dtype != torch.float32 else None
+                mfu = (flops / (ms[impl] / 1e3) / (peak_tflops * 1e12)
+                       if peak_tflops and dtype != torch.float32 else None)
                 rows.append(Row(name, impl, batch, seq, dtype_name, str(device), round(ms[impl], 3),
                                 round(batch * seq / (ms[impl] / 1e3)), round(peak_memory_mb(fn, device), 1),
                                 ratio_vs_hf_sdpa=round(ms[impl] / ms["hf-sdpa"], 3),
@@ -359,7 +361,8 @@ def finetune_rows(pt: Pretrained, device: torch.device, batch: int, seq: int, st
 
     fns = {
         "bertlib BertClassifier (sdpa, fused)": step_fn(ours, lambda m: m(ids, mask)),
-        "hf BertForSequenceClassification (sdpa)": step_fn(theirs, lambda m: m(input_ids=ids, attention_mask=mask).logits),
+        "hf BertForSequenceClassification (sdpa)": step_fn(theirs,
+                                                           lambda m: m(input_ids=ids, attention_mask=mask).logits),
     }
     ms = time_interleaved(fns, device, steps)
     base = ms["hf BertForSequenceClassification (sdpa)"]

@@ -135,4 +135,5 @@ def example_sentences(
             chosen.append(first)
             if len(chosen) == n:
                 return chosen
-    raise ValueError(f"only {len(chosen)} posts have a first sentence of {min_words}-{max_words} words; relax the bounds.")
+    raise ValueError(
+        f"only {len(chosen)} posts have a first sentence of {min_words}-{max_words} words; relax the bounds.")

@@ -37,5 +37,6 @@ def embeddings(
     position = state_dict[p + "position_embeddings.weight"][position_ids]  # (seq, hidden), broadcast over batch
     token_type = state_dict[p + "token_type_embeddings.weight"][token_type_ids]  # (batch, seq, hidden)
     x = word + token_type + position  # HF's order of additions, so float rounding matches too
-    x = layer_norm(x, state_dict[p + "LayerNorm.weight"], state_dict[p + "LayerNorm.bias"], config.layer_norm_eps, fused=fused)
+    x = layer_norm(x, state_dict[p + "LayerNorm.weight"], state_dict[p + "LayerNorm.bias"], config.layer_norm_eps,
+                   fused=fused)
     return F.dropout(x, config.hidden_dropout_prob, training)

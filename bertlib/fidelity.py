@@ -28,8 +28,8 @@ def max_diffs(pretrained, texts: list[str], device: torch.device, dtype: torch.d
         ours = bert_forward(sd, pretrained.config, **enc)
         ref = hf(**enc, output_hidden_states=True, output_attentions=True)
     rows = {f"hidden_states[{i}]": (a - b)[real].abs().max().item()
-            for i, (a, b) in enumerate(zip(ours.hidden_states, ref.hidden_states))}
-    for i, (a, b) in enumerate(zip(ours.attentions, ref.attentions)):
+            for i, (a, b) in enumerate(zip(ours.hidden_states, ref.hidden_states, strict=True))}
+    for i, (a, b) in enumerate(zip(ours.attentions, ref.attentions, strict=True)):
         rows[f"attentions[{i}]"] = (a - b).transpose(1, 2)[real].abs().max().item()  # real query rows
     rows["pooler_output"] = (ours.pooler_output - ref.pooler_output).abs().max().item()
     return rows
@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     print("| --- |" + " --- |" * len(names))
     for key in table[names[0]]:
         print(f"| {key} | " + " | ".join(f"{table[n][key]:.2e}" for n in names) + " |")
-    print("| **asserted tolerance** | " + " | ".join(f"{tolerance(device, getattr(torch, n))['atol']:.0e}" for n in names) + " |")
+    print("| **asserted tolerance** | "
+          + " | ".join(f"{tolerance(device, getattr(torch, n))['atol']:.0e}" for n in names) + " |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": str(device), "model": pretrained.source, "max_abs_diff": table}, f, indent=2)

@@ -342,7 +342,7 @@ def scores(labels: np.ndarray, pred: np.ndarray, label_names: list[str]) -> dict
     return {"accuracy": float(accuracy_score(labels, pred)),
             "macro_f1": float(f1_score(labels, pred, average="macro", labels=range(len(label_names)),
                                        zero_division=0)),
-            "per_class_f1": {name: float(f) for name, f in zip(label_names, per_class)}}
+            "per_class_f1": {name: float(f) for name, f in zip(label_names, per_class, strict=True)}}
 
 
 # ------------------------------------------------------------------------------------------------- training
@@ -631,8 +631,8 @@ def _train(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     # ---- fresh start or resume
     ckpt_path, best_path = out / CHECKPOINT, out / BEST
     run = {"step": 0, "epoch": 0, "batch": 0, "loss_sum": 0.0, "loss_batches": 0, "tokens": 0,
-           "train_time": 0.0, "wall_time": 0.0, "history": [], "loss_curve": [], "best_val_accuracy": -1.0, "best_epoch": None,
-           "finished": False, "segments": 0, "examples_per_rank": [0] * world}
+           "train_time": 0.0, "wall_time": 0.0, "history": [], "loss_curve": [], "best_val_accuracy": -1.0,
+           "best_epoch": None, "finished": False, "segments": 0, "examples_per_rank": [0] * world}
     resume = ddp.all_gather(ckpt_path.exists())[0]  # rank 0's view decides, for every rank
     if resume:
         ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)

@@ -223,7 +223,8 @@ def feed_forward(state_dict: Mapping[str, np.ndarray], config: Any, attention_ou
     """
     p = f"encoder.layer.{layer}."
     act = act or activation(config.hidden_act)
-    h = act(linear(attention_out, state_dict[p + "intermediate.dense.weight"], state_dict[p + "intermediate.dense.bias"]))
+    h = act(linear(attention_out, state_dict[p + "intermediate.dense.weight"],
+                   state_dict[p + "intermediate.dense.bias"]))
     h = linear(h, state_dict[p + "output.dense.weight"], state_dict[p + "output.dense.bias"])
     return layer_norm(h + attention_out, state_dict[p + "output.LayerNorm.weight"],
                       state_dict[p + "output.LayerNorm.bias"], config.layer_norm_eps)
@@ -243,7 +244,8 @@ def encoder_layer(state_dict: Mapping[str, np.ndarray], config: Any, hidden_stat
 
 def encoder(state_dict: Mapping[str, np.ndarray], config: Any, hidden_states: np.ndarray,
             attention_mask: np.ndarray | None = None, *,
-            act: Callable[[np.ndarray], np.ndarray] | None = None) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+            act: Callable[[np.ndarray], np.ndarray] | None = None,
+            ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     """The loop over ``config.num_hidden_layers`` layers. Returns every hidden state (embeddings first,
     ``num_hidden_layers + 1`` arrays ``(batch, seq, hidden)``) and every layer's probabilities.
     Defined in chapter 12, *BERT in NumPy* (torch: :func:`bertlib.encoder`, chapter 7).
@@ -274,7 +276,8 @@ class NumpyBertOutput:
 
 
 def bert_forward(state_dict: Mapping[str, np.ndarray], config: Any, input_ids: Any, attention_mask: Any = None,
-                 token_type_ids: Any = None, *, act: Callable[[np.ndarray], np.ndarray] | None = None) -> NumpyBertOutput:
+                 token_type_ids: Any = None, *,
+                 act: Callable[[np.ndarray], np.ndarray] | None = None) -> NumpyBertOutput:
     """BERT's forward pass in NumPy: embeddings → encoder loop → pooler.
 
     ``state_dict``: from :func:`numpy_state_dict`; ``input_ids``, ``attention_mask``, ``token_type_ids``:

@@ -55,7 +55,8 @@ def real_batch(tokenizer, seed: int = 0) -> tuple[dict[str, torch.Tensor], str]:
     from bertlib.data import example_sentences
 
     batch = dict(tokenizer(example_sentences(3, seed=seed), padding="longest", return_tensors="pt"))
-    ids = [row[row_mask.bool()].tolist() for row, row_mask in zip(batch["input_ids"], batch["attention_mask"])]
+    ids = [row[row_mask.bool()].tolist()
+           for row, row_mask in zip(batch["input_ids"], batch["attention_mask"], strict=True)]
     return batch, hashlib.sha256(json.dumps(ids).encode()).hexdigest()
 
 

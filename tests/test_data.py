@@ -55,7 +55,8 @@ def test_archive_argument_fills_an_empty_cache(tmp_path):
 @needs_archive
 def test_example_sentences_are_real_and_deterministic(data_home):
     a = data.example_sentences(3, seed=0, data_home=data_home)
-    assert a == data.example_sentences(3, seed=0, data_home=data_home) != data.example_sentences(3, seed=1, data_home=data_home)
+    assert (a == data.example_sentences(3, seed=0, data_home=data_home)
+            != data.example_sentences(3, seed=1, data_home=data_home))
     assert len({len(s.split()) for s in a}) > 1  # different lengths: a padded batch
 
 

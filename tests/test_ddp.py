@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import _data_available, finish
 from safetensors.torch import load_file
 
 import bertlib
 from bertlib import finetune as ft
+from conftest import _data_available, finish
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTING = ["--profile", "quick", "--train-size", "117", "--test-size", "40", "--max-length", "64", "--epochs", "1",
@@ -117,7 +117,10 @@ def test_two_processes_match_one(runs, pretrained):
     for key in ("accuracy", "macro_f1", "per_class_f1", "best_epoch", "best_val_accuracy", "steps"):
         assert a[key] == b[key], f"{key}: single {a[key]} != DDP {b[key]}"
     assert len(a["train_loss_curve"]) == len(b["train_loss_curve"]) == 7
-    losses = lambda m: [*m["train_loss_curve"], m["history"][0]["train_loss"], m["history"][0]["val_loss"]]
+
+    def losses(m):
+        return [*m["train_loss_curve"], m["history"][0]["train_loss"], m["history"][0]["val_loss"]]
+
     np.testing.assert_allclose(losses(b), losses(a), rtol=0, atol=TOL["loss"])
 
     wa, wb = load_file(str(runs["single"] / ft.BEST)), load_file(str(runs["ddp"] / ft.BEST))
@@ -126,7 +129,10 @@ def test_two_processes_match_one(runs, pretrained):
         torch.testing.assert_close(wb[k], wa[k], atol=TOL["weights"], rtol=0, msg=lambda m, k=k: f"{k}: {m}")
     # the encoder's update (fine-tuned - pretrained), as a whole: the same to a small fraction of its size
     start = {f"bert.{k}": v.cpu() for k, v in pretrained.state_dict.items()}
-    norm = lambda tensors: float(sum((t.double() ** 2).sum() for t in tensors) ** 0.5)
+
+    def norm(tensors):
+        return float(sum((t.double() ** 2).sum() for t in tensors) ** 0.5)
+
     update = norm(wa[k] - start[k] for k in start)
     assert update > 100 * TOL["weights"], f"training moved the encoder by {update:.1e} only: this proves nothing"
     rel = norm(wb[k] - wa[k] for k in start) / update

@@ -37,7 +37,8 @@ def test_head_mask_default_ones_and_value_scaling():
     batch = random_inputs(config, batch=3, seq=9, seed=1)
     real = batch["attention_mask"].bool()
     plain = bertlib.bert_forward(sd, config, **batch)
-    ones = bertlib.bert_forward(sd, config, **batch, head_mask=torch.ones(config.num_attention_heads, dtype=torch.float64))
+    ones = bertlib.bert_forward(sd, config, **batch,
+                                head_mask=torch.ones(config.num_attention_heads, dtype=torch.float64))
     assert_close(ones.last_hidden_state, plain.last_hidden_state, atol=0.0, rtol=0.0)
     factors = torch.tensor([[1.0, 0.0, 0.5, 1.0], [0.0, 1.0, 1.0, 2.0]], dtype=torch.float64)
     masked = bertlib.bert_forward(sd, config, **batch, head_mask=factors)
@@ -48,7 +49,8 @@ def test_head_mask_default_ones_and_value_scaling():
     sdpa = bertlib.bert_forward(sd, config, **batch, head_mask=factors, attn_implementation="sdpa")
     assert_close(sdpa.last_hidden_state[real], masked.last_hidden_state[real], **F64)
     one_row = bertlib.bert_forward(sd, config, **batch, head_mask=factors[1])  # (heads,): every layer alike
-    assert_close(one_row.last_hidden_state, bertlib.bert_forward(sd, config, **batch, head_mask=factors[1].expand(2, 4)).last_hidden_state, atol=0.0, rtol=0.0)
+    expanded = bertlib.bert_forward(sd, config, **batch, head_mask=factors[1].expand(2, 4))
+    assert_close(one_row.last_hidden_state, expanded.last_hidden_state, atol=0.0, rtol=0.0)
 
 
 def test_head_mask_bad_input():
@@ -126,7 +128,8 @@ def test_pruned_weights_run_in_transformers_5(pretrained, real_batch):
             att.output.dense = dense
         ref = hf(**real_batch).last_hidden_state
     ours = HP.pruned_bert_forward(pruned, config, **real_batch).last_hidden_state
-    masked = bertlib.bert_forward(sd, config, **real_batch, head_mask=HP.head_mask_for(config, prune, device=ours.device))
+    masked = bertlib.bert_forward(sd, config, **real_batch,
+                                  head_mask=HP.head_mask_for(config, prune, device=ours.device))
     real = real_batch["attention_mask"].bool()
     assert_close(ours[real], ref[real], **F32)
     assert_close(ours[real], masked.last_hidden_state[real], **F32)
@@ -146,7 +149,7 @@ def test_head_importance_is_the_mask_gradient():
     for layer, head in [(0, 2), (1, 0)]:
         fd = 0.0
         for b in batches:
-            def loss_at(delta):
+            def loss_at(delta, layer=layer, head=head, b=b):
                 m = torch.ones(config.num_hidden_layers, config.num_attention_heads, dtype=torch.float64)
                 m[layer, head] += delta
                 return loss_fn(bertlib.bert_forward(sd, config, **b, head_mask=m), b).item()

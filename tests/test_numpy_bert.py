@@ -29,10 +29,11 @@ def assert_forward_equal(ours: nb.NumpyBertOutput, ref, mask: torch.Tensor, tol:
     """Every hidden state (real positions), every attention map (real query rows) and the pooler output."""
     real = mask.bool().cpu().numpy()
     assert len(ours.hidden_states) == len(ref.hidden_states) and len(ours.attentions) == len(ref.attentions)
-    for a, b in zip(ours.hidden_states, ref.hidden_states):
+    for a, b in zip(ours.hidden_states, ref.hidden_states, strict=True):
         assert_close(torch.from_numpy(a[real]), b.detach().cpu().double()[torch.from_numpy(real)], **tol)
-    for a, b in zip(ours.attentions, ref.attentions):
-        assert_close(torch.from_numpy(a.swapaxes(1, 2)[real]), b.detach().cpu().double().transpose(1, 2)[torch.from_numpy(real)], **tol)
+    for a, b in zip(ours.attentions, ref.attentions, strict=True):
+        assert_close(torch.from_numpy(a.swapaxes(1, 2)[real]),
+                     b.detach().cpu().double().transpose(1, 2)[torch.from_numpy(real)], **tol)
     assert_close(torch.from_numpy(ours.pooler_output), ref.pooler_output.detach().cpu().double(), **tol)
 
 

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import DEVICE
 from safetensors import safe_open
 from transformers.pipelines.base import pad_collate_fn
 from transformers.pipelines.text_classification import softmax as hf_softmax
@@ -23,6 +22,7 @@ from transformers.pipelines.text_classification import softmax as hf_softmax
 import bertlib
 from bertlib import pipeline as bp
 from bertlib.export import export_hf
+from conftest import DEVICE
 
 LABELS = ["alpha", "beta", "gamma", "delta"]
 MAX_LENGTH = 16  # short, so the longer texts below are cut and the shorter ones padded
@@ -104,7 +104,9 @@ def test_softmax_is_shift_invariant_and_sigmoid_is_not():
 
 
 def test_default_function_follows_the_pipelines_rule():
-    cfg = lambda n, problem=None: SimpleNamespace(num_labels=n, problem_type=problem)  # what the rule reads
+    def cfg(n, problem=None):  # what the rule reads
+        return SimpleNamespace(num_labels=n, problem_type=problem)
+
     assert bp.default_function(cfg(1)) == "sigmoid"
     assert bp.default_function(cfg(4)) == "softmax"
     assert bp.default_function(cfg(4, "single_label_classification")) == "softmax"

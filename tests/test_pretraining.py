@@ -183,7 +183,8 @@ def hf_pretraining_twin(sd: dict, config: BertConfig, seed: int, dtype=torch.flo
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.cls.named_parameters():  # the tied decoder weight is not listed (it is the embeddings)
-            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(dtype) * 0.2 + ("LayerNorm.weight" in name))
+            p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64).to(dtype) * 0.2
+                    + ("LayerNorm.weight" in name))
     ours = {k[len("bert."):] if k.startswith("bert.") else k: v for k, v in model.state_dict().items()}
     return model, ours
 

@@ -76,7 +76,8 @@ def test_relative_attention_equals_loop(kind):
     ref, ref_p = loop_attention(sd, config, x, batch["attention_mask"], 1, kind)
     real = batch["attention_mask"].bool()
     assert_close(ours[real], ref[real], **F64)
-    assert_close(ours_p[real[:, None, :, None].expand_as(ours_p)], ref_p[real[:, None, :, None].expand_as(ref_p)], **F64)
+    rows = real[:, None, :, None]
+    assert_close(ours_p[rows.expand_as(ours_p)], ref_p[rows.expand_as(ref_p)], **F64)
     plain, _ = bertlib.self_attention(sd, absolute(config), x, mask, layer=1)  # the position terms change the result
     assert (ours[real] - plain[real]).abs().max() > 1e-3
 
@@ -115,7 +116,8 @@ def test_whole_forward_and_zero_tables():
     batch = random_inputs(config, batch=3, seq=10, seed=5)
     real = batch["attention_mask"].bool()
     zero = R.add_distance_embeddings(sd, config, std=0.0)
-    no_pos = {**sd, "embeddings.position_embeddings.weight": torch.zeros_like(sd["embeddings.position_embeddings.weight"])}
+    positions = "embeddings.position_embeddings.weight"
+    no_pos = {**sd, positions: torch.zeros_like(sd[positions])}
     ours = R.relative_bert_forward(zero, config, **batch)
     ref = bertlib.bert_forward(no_pos, absolute(config), **batch)
     assert_close(ours.last_hidden_state[real], ref.last_hidden_state[real], **F64)

@@ -17,8 +17,16 @@ import pytest
 import torch
 
 import bertlib
-from reproducibility import (RECORD, TOLERANCE, bertlib_numbers, differences, hf_numbers, random_batch, real_batch,
-                             versions)
+from reproducibility import (
+    RECORD,
+    TOLERANCE,
+    bertlib_numbers,
+    differences,
+    hf_numbers,
+    random_batch,
+    real_batch,
+    versions,
+)
 from toc import ROOT
 
 RECORDED = json.loads(RECORD.read_text())
@@ -69,7 +77,8 @@ def test_transformers_and_tokenizer_reproduce_the_golden_numbers_on_real_text(cp
 def test_bertlib_gives_the_golden_numbers(cpu_model, real_sentences):
     """What the chapters print and plot comes from bertlib: it matches the record too."""
     pretrained, _ = cpu_model
-    problems = differences(RECORDED["numbers"]["random_ids"], bertlib_numbers(pretrained, random_batch(pretrained.config)))
+    problems = differences(RECORDED["numbers"]["random_ids"],
+                           bertlib_numbers(pretrained, random_batch(pretrained.config)))
     batch, _ = real_batch(pretrained.tokenizer)
     expected = {k: v for k, v in RECORDED["numbers"]["real_text"].items() if k not in ("tokens_sha256", "real_tokens")}
     problems += differences(expected, bertlib_numbers(pretrained, batch))

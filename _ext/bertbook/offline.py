@@ -54,7 +54,8 @@ _REWRITES: list[tuple[re.Pattern[str], str]] = [
 
 # What makes a browser fetch something: src= on these tags, href= on resource <link>s, url() in CSS,
 # http(s) paths in a require.config({paths: ...}) block.
-_SRC_TAG = re.compile(r"<(script|img|iframe|embed|source|video|audio|track|input)\b[^>]*?\bsrc\s*=\s*[\"']?((?:https?:)?//[^\"'\s>]+)",
+_SRC_TAG = re.compile(r"<(script|img|iframe|embed|source|video|audio|track|input)\b[^>]*?"
+                      r"\bsrc\s*=\s*[\"']?((?:https?:)?//[^\"'\s>]+)",
                       re.IGNORECASE)
 _LINK_TAG = re.compile(r"<link\b[^>]*>", re.IGNORECASE)
 _LINK_REL = re.compile(r"\brel\s*=\s*[\"']?([^\"'>]+)", re.IGNORECASE)
@@ -104,9 +105,11 @@ def ensure_npm_assets(app: Sphinx) -> Path:
     root = Path(app.confdir)
     lock, modules = root / "package-lock.json", _node_modules(app)
     if not lock.exists():
-        raise FileNotFoundError(f"{lock} is missing: the book's browser assets are pinned there (run `npm install` once).")
+        raise FileNotFoundError(
+            f"{lock} is missing: the book's browser assets are pinned there (run `npm install` once).")
     marker = modules / ".package-lock.json"  # npm writes this hidden lockfile on every install
-    if marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime and all((modules / f).exists() for f in FILES):
+    if (marker.exists() and marker.stat().st_mtime >= lock.stat().st_mtime
+            and all((modules / f).exists() for f in FILES)):
         return modules
     npm = shutil.which("npm")
     if npm is None:
