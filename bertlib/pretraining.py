@@ -89,11 +89,13 @@ def mask_tokens(
     Like HF's ``DataCollatorForLanguageModeling``, each token is chosen independently (so the count per sequence
     varies); the original code chose exactly ``round(0.15 n)`` per sequence. Defined in chapter 11, *Pre-training*.
     """
-    if not 0.0 <= mlm_probability <= 1.0 or mask_fraction < 0 or random_fraction < 0 or mask_fraction + random_fraction > 1:
+    if (not 0.0 <= mlm_probability <= 1.0 or mask_fraction < 0 or random_fraction < 0
+            or mask_fraction + random_fraction > 1):
         raise ValueError("mlm_probability must lie in [0, 1] and mask_fraction + random_fraction in [0, 1].")
     if tuple(special_tokens_mask.shape) != tuple(input_ids.shape):
         raise ValueError(f"special_tokens_mask has shape {tuple(special_tokens_mask.shape)}, input_ids "
-                         f"{tuple(input_ids.shape)}: they must match (tokenizer(..., return_special_tokens_mask=True)).")
+                         f"{tuple(input_ids.shape)}: they must match "
+                         "(tokenizer(..., return_special_tokens_mask=True)).")
     shape, dev = input_ids.shape, input_ids.device
     eligible = ~special_tokens_mask.bool()
     if attention_mask is not None:
@@ -243,7 +245,8 @@ def init_state_dict(config: BertConfig, seed: int | None = None, *, heads: bool 
     return sd
 
 
-def mlm_transform(state_dict: Mapping[str, torch.Tensor], config: BertConfig, sequence_output: torch.Tensor) -> torch.Tensor:
+def mlm_transform(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
+                  sequence_output: torch.Tensor) -> torch.Tensor:
     """``LayerNorm(act(h W_T^T + b_T))``: HF's ``BertPredictionHeadTransform``. ``(..., hidden)`` in and out."""
     p = "cls.predictions.transform."
     h = F.linear(sequence_output, state_dict[p + "dense.weight"], state_dict[p + "dense.bias"])
@@ -251,7 +254,8 @@ def mlm_transform(state_dict: Mapping[str, torch.Tensor], config: BertConfig, se
     return layer_norm(h, state_dict[p + "LayerNorm.weight"], state_dict[p + "LayerNorm.bias"], config.layer_norm_eps)
 
 
-def mlm_logits(state_dict: Mapping[str, torch.Tensor], config: BertConfig, sequence_output: torch.Tensor) -> torch.Tensor:
+def mlm_logits(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
+               sequence_output: torch.Tensor) -> torch.Tensor:
     """The MLM head: ``transform(h) E^T + b`` with ``E`` the word-embedding table (the decoder is *tied* to the
     input embeddings) and ``b`` = ``cls.predictions.bias``. ``(..., hidden)`` → ``(..., vocab_size)``.
     Defined in chapter 11, *Pre-training* (HF ``BertLMPredictionHead``).
@@ -320,7 +324,8 @@ def bert_for_pretraining(
             raise ValueError("masked_only=True needs labels (the positions to predict).")
         keep = labels != IGNORE_INDEX
         seq_out, target = seq_out[keep], labels[keep]
-    result = PreTrainingOutput(mlm_logits(state_dict, config, seq_out), nsp_logits(state_dict, config, out.pooler_output))
+    result = PreTrainingOutput(mlm_logits(state_dict, config, seq_out),
+                               nsp_logits(state_dict, config, out.pooler_output))
     if labels is not None and next_sentence_label is not None:
         result.loss, result.mlm_loss, result.nsp_loss = pretraining_loss(
             result.prediction_logits, result.seq_relationship_logits, target, next_sentence_label)
@@ -429,7 +434,8 @@ class BertPretrainingModel(nn.Module):
         self.config = config
         self.attn_implementation = attn_implementation
         self.bert = _module_tree({k: v for k, v in state_dict.items() if k in expected_shapes(config)})
-        self.cls = _module_tree({k[len("cls."):]: v for k, v in state_dict.items() if k in pretraining_head_shapes(config)})
+        self.cls = _module_tree({k[len("cls."):]: v for k, v in state_dict.items()
+                                 if k in pretraining_head_shapes(config)})
 
     def weights(self) -> dict[str, torch.Tensor]:
         """The parameters under ``bert_for_pretraining``'s names (``BertModel`` keys and ``cls.*``)."""
@@ -480,7 +486,8 @@ def pretrain(
     g = torch.Generator().manual_seed(resolve_seed(seed))
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}],
                             lr=lr, betas=(0.9, 0.999), eps=1e-6)
     n_warm = max(1, int(warmup * steps))
     sched = torch.optim.lr_scheduler.LambdaLR(

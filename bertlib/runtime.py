@@ -69,7 +69,8 @@ def default_seed() -> int:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"BERTLIB_SEED must be an integer, got {value!r}: unset it or set e.g. BERTLIB_SEED=1.") from None
+        raise ValueError(f"BERTLIB_SEED must be an integer, got {value!r}: "
+                         "unset it or set e.g. BERTLIB_SEED=1.") from None
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -123,5 +124,6 @@ def setup(seed: int | None = None, verbose: bool = True) -> Setup:
     if verbose:
         extra = f" gpu={torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
         print(f"profile={profile} device={device}{extra} torch={torch.__version__} "
-              f"transformers={transformers.__version__} python={platform.python_version()} seed={seed} threads={torch.get_num_threads()}")
+              f"transformers={transformers.__version__} python={platform.python_version()} seed={seed} "
+              f"threads={torch.get_num_threads()}")
     return Setup(device=device, profile=profile, seed=seed, threads=torch.get_num_threads())

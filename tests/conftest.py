@@ -80,13 +80,15 @@ def real_batch(pretrained, real_sentences) -> dict[str, torch.Tensor]:
     def grow(t: torch.Tensor, value: int) -> torch.Tensor:
         return torch.nn.functional.pad(t, (0, seq - t.shape[1]), value=value)
 
-    batch = {k: torch.cat([grow(first[k], pad if k == "input_ids" else 0), grow(pair[k], pad if k == "input_ids" else 0)])
+    batch = {k: torch.cat([grow(first[k], pad if k == "input_ids" else 0),
+                           grow(pair[k], pad if k == "input_ids" else 0)])
              for k in ("input_ids", "attention_mask", "token_type_ids")}
     assert (batch["attention_mask"] == 0).any() and (batch["token_type_ids"] == 1).any()
     return {k: v.to(DEVICE) for k, v in batch.items()}
 
 
-def random_model(seed: int, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", **overrides) -> tuple[dict, BertConfig, BertModel]:
+def random_model(seed: int, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+                 **overrides) -> tuple[dict, BertConfig, BertModel]:
     """A small random BertModel whose LayerNorm weights and biases are random too (not 1 and 0)."""
     fields = dict(vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=80,
                   max_position_embeddings=40, type_vocab_size=2, hidden_act="gelu", layer_norm_eps=1e-12)

@@ -96,7 +96,7 @@ class BookCache:
         code = [c for c in nb.cells if c.cell_type == "code"]
         if len(code) != len(cells) or any(c.test_outputs is None for c in cells):
             return  # not every cell ran (e.g. -k selected some): nothing trustworthy to store
-        for n, (cell, item) in enumerate(zip(code, cells), start=1):
+        for n, (cell, item) in enumerate(zip(code, cells, strict=True), start=1):
             cell.outputs = copy.deepcopy(item.test_outputs)
             cell.execution_count = n
         nbformat.validate(nb)

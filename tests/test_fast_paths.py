@@ -172,7 +172,8 @@ def test_bench_grid_rows_tiny():
     rows = bench.grid_rows("tiny", pt, torch.device("cpu"), [(2, 16)], ["float32"], repeats=1, head_loop=True,
                            compile_=False)
     impls = {r.impl for r in rows}
-    assert impls == {"hf-eager", "hf-sdpa", "bertlib-eager", "bertlib-eager-formulas", "bertlib-sdpa", "bertlib-head-loop"}
+    assert impls == {"hf-eager", "hf-sdpa", "bertlib-eager", "bertlib-eager-formulas", "bertlib-sdpa",
+                     "bertlib-head-loop"}
     assert all(r.ms > 0 and r.tokens_per_s > 0 for r in rows)
     ms = {r.impl: r.ms for r in rows}
     for r in rows:  # each ratio is over the row it names; the reported figures are rounded to 3 decimals

@@ -37,9 +37,9 @@ def hf_run(model, batch):
 def assert_forward_equal(ours, ref, mask, tol):
     assert len(ours.hidden_states) == len(ref.hidden_states)
     assert len(ours.attentions) == len(ref.attentions)
-    for a, b in zip(ours.hidden_states, ref.hidden_states):
+    for a, b in zip(ours.hidden_states, ref.hidden_states, strict=True):
         assert_close(real(a, mask), real(b, mask), **tol)
-    for a, b in zip(ours.attentions, ref.attentions):
+    for a, b in zip(ours.attentions, ref.attentions, strict=True):
         rows = mask.bool()[:, None, :].expand(-1, a.shape[1], -1)  # (batch, heads, seq) real query rows
         assert_close(a[rows], b[rows], **tol)
     assert_close(real(ours.last_hidden_state, mask), real(ref.last_hidden_state, mask), **tol)
@@ -50,7 +50,8 @@ def test_embedded_model_forward_float32(pretrained, hf_model, real_batch):
     ours = bertlib.bert_forward(pretrained.state_dict, pretrained.config, **real_batch)
     ref = hf_run(hf_model, real_batch)
     assert_forward_equal(ours, ref, real_batch["attention_mask"], F32)
-    assert ours.attentions[0].shape == (3, pretrained.config.num_attention_heads) + (real_batch["input_ids"].shape[1],) * 2
+    seq = real_batch["input_ids"].shape[1]
+    assert ours.attentions[0].shape == (3, pretrained.config.num_attention_heads, seq, seq)
 
 
 def test_embedded_model_forward_float64(pretrained, hf_model, real_batch):
@@ -135,7 +136,8 @@ def steps(pretrained, hf_model, real_batch):
 
 def test_embeddings_step(pretrained, steps, real_batch):
     x, _, am = steps
-    ours = bertlib.embeddings(pretrained.state_dict, pretrained.config, real_batch["input_ids"], real_batch["token_type_ids"])
+    ours = bertlib.embeddings(pretrained.state_dict, pretrained.config, real_batch["input_ids"],
+                              real_batch["token_type_ids"])
     assert_close(ours, x, **F32)
 
 

@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 import torch
 import transformers
-from conftest import DEVICE, _data_available, finish
 from safetensors.torch import load_file
 
 import bertlib
 from bertlib import finetune as ft
 from bertlib.export import export_hf, hf_config
+from conftest import DEVICE, _data_available, finish
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--profile", "quick", "--train-size", "120", "--test-size", "40", "--max-length", "64", "--max-steps", "6",
@@ -100,8 +100,11 @@ def test_resume_reaches_the_same_metrics(runs):
     assert (a["segments"], b["segments"]) == (1, 2) and a["steps"] == b["steps"] == 6
     for key in ("accuracy", "macro_f1", "per_class_f1", "best_epoch", "train_tokens"):
         assert a[key] == b[key], f"{key}: uninterrupted {a[key]} != resumed {b[key]}"
-    losses = lambda m: [m["final_train_loss"], *m["train_loss_curve"]] + [
-        h[k] for h in m["history"] for k in ("train_loss", "val_loss", "val_accuracy")]
+
+    def losses(m):
+        return [m["final_train_loss"], *m["train_loss_curve"]] + [
+            h[k] for h in m["history"] for k in ("train_loss", "val_loss", "val_accuracy")]
+
     np.testing.assert_allclose(losses(b), losses(a), rtol=1e-6, atol=0)
     wa, wb = load_file(str(runs["a"] / "model.safetensors")), load_file(str(runs["b"] / "model.safetensors"))
     for k in wa:  # the weights themselves: equal on CPU
@@ -187,8 +190,11 @@ def test_epoch_batches_are_a_pure_function_of_seed_and_epoch():
     assert all(np.array_equal(x, y) for x, y in zip(b0, again, strict=True))
     assert sorted(np.concatenate(b0).tolist()) == list(range(1003)), "every post exactly once"
     b1 = ft.epoch_batches(lengths, 16, seed=7, epoch=1, bucket_batches=10)
-    assert not all(np.array_equal(x, y) for x, y in zip(b0, b1)), "another epoch, another order"
-    padding = lambda bs: sum(int(lengths[b].max() * len(b) - lengths[b].sum()) for b in bs)
+    assert not all(np.array_equal(x, y) for x, y in zip(b0, b1, strict=True)), "another epoch, another order"
+
+    def padding(bs):
+        return sum(int(lengths[b].max() * len(b) - lengths[b].sum()) for b in bs)
+
     random_batches = np.array_split(np.random.default_rng(1).permutation(1003), len(b0))
     assert padding(b0) < 0.2 * padding(random_batches), "bucketing should remove most padding"
 
@@ -197,7 +203,7 @@ def test_schedule_warms_up_then_decays():
     f = ft.linear_schedule(warmup=10, total=100)
     values = [f(s) for s in range(101)]
     assert 0 < values[0] < values[9] <= 1.0 and values[10] == 1.0 and values[100] == 0.0
-    assert all(a >= b for a, b in zip(values[10:], values[11:]))
+    assert all(a >= b for a, b in zip(values[10:], values[11:], strict=False))
 
 
 def test_no_weight_decay_on_biases_and_layernorm(pretrained):

@@ -11,10 +11,10 @@ import re
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 from conftest import SUBPROCESS_TIMEOUT, _data_available
@@ -39,7 +39,8 @@ def test_environment_yml_matches_pyproject():
 def test_every_toc_entry_exists_and_every_chapter_is_listed():
     listed = toc_files()
     for f in listed:
-        assert any((ROOT / f"{f}{ext}").exists() for ext in (".ipynb", ".md")), f"_toc.yml lists {f}, which does not exist"
+        assert any((ROOT / f"{f}{ext}").exists() for ext in (".ipynb", ".md")), \
+            f"_toc.yml lists {f}, which does not exist"
     on_disk = {str(p.relative_to(ROOT).with_suffix("")) for p in (ROOT / "chapters").glob("*.ipynb")}
     assert on_disk <= set(listed), f"notebooks missing from _toc.yml: {sorted(on_disk - set(listed))}"
 
@@ -77,8 +78,8 @@ def _tolerance_names(tree: ast.Module) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
             target, value = node.targets[0], node.value
-            pairs = (zip(target.elts, value.elts) if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
-                     else [(target, value)])
+            both_tuples = isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple)
+            pairs = zip(target.elts, value.elts, strict=False) if both_tuples else [(target, value)]
             found |= {t.id for t, v in pairs if isinstance(t, ast.Name) and isinstance(v, ast.Call)
                       and ast.unparse(v.func) == "bertlib.tolerance"}
     return found
@@ -112,7 +113,7 @@ def trivial_checks(tree: ast.Module) -> list[str]:
                 found.append(ast.unparse(node))
             elif isinstance(t, ast.Compare):
                 operands = [t.left, *t.comparators]
-                if any(_same(a, b) for a, b in zip(operands, operands[1:])):
+                if any(_same(a, b) for a, b in zip(operands, operands[1:], strict=False)):
                     found.append(ast.unparse(node))
                 elif (len(operands) == 3 and all(isinstance(op, ast.LtE | ast.Lt) for op in t.ops)
                       and _number(operands[0]) is not None and _number(operands[2]) is not None

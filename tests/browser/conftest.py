@@ -17,12 +17,13 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from .book_browser import CHROMIUM, CHROMIUM_ARGS, HERE, VIEWPORT, HTML, missing_prerequisite
+from .book_browser import CHROMIUM, CHROMIUM_ARGS, HERE, HTML, VIEWPORT, missing_prerequisite
 
 
 def _requested(config: pytest.Config) -> bool:

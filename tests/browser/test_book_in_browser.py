@@ -86,7 +86,8 @@ FEATURES_JS = """() => ({
   next: !!document.querySelector('.prev-next-area a.right-next'),
   toc: document.querySelectorAll('nav.bd-links a.reference').length,
   search: !!document.querySelector('form.bd-search, .search-button, input[name="q"]'),
-  launch: [...document.querySelectorAll('a[href*="colab.research.google.com"], a[href*="mybinder.org"]')].map(a => a.href),
+  launch: [...document.querySelectorAll('a[href*="colab.research.google.com"], a[href*="mybinder.org"]')]
+    .map(a => a.href),
   download: [...document.querySelectorAll('a[href$=".ipynb"], a[href$=".md"]')].map(a => a.getAttribute('href')),
   measured: (document.querySelector('.bertbook-measured') || {}).innerText || null,
 })"""
@@ -238,7 +239,8 @@ def test_equations_are_typeset(visit: Visit):
         pytest.skip(f"{visit.docname} has no equations")
     assert math["loaded"], f"{visit.docname} has {math['nodes']} equations but MathJax did not load"
     assert math["typeset"] == math["nodes"] and not math["errors"], \
-        f"{visit.docname}: MathJax typeset {math['typeset']}/{math['nodes']} ({math['errors']} errors): {math['missing']}"
+        f"{visit.docname}: MathJax typeset {math['typeset']}/{math['nodes']} ({math['errors']} errors): " \
+        f"{math['missing']}"
     assert not math["cut"], f"{visit.docname}: display equations cut off at the column edge: {math['cut']}"
 
 
