@@ -115,9 +115,9 @@ def setup(seed: int | None = None, verbose: bool = True) -> Setup:
 
     device = get_device()
     profile = get_profile(device)
-    seed = resolve_seed(seed)
-    if num_threads() is not None:
-        torch.set_num_threads(num_threads())
+    seed, threads = resolve_seed(seed), num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
     set_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = False  # fidelity: TF32 matmuls round to 10-bit mantissas
     torch.backends.cudnn.allow_tf32 = False
