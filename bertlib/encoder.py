@@ -44,7 +44,8 @@ def expand_head_mask(config: BertConfig, head_mask: torch.Tensor | None) -> torc
     if tuple(head_mask.shape) == (H,):
         return head_mask.expand(L, H)
     if tuple(head_mask.shape) != (L, H):
-        raise ValueError(f"head_mask must have shape ({H},) or ({L}, {H}) (layers, heads), got {tuple(head_mask.shape)}.")
+        raise ValueError(f"head_mask must have shape ({H},) or ({L}, {H}) (layers, heads), "
+                         f"got {tuple(head_mask.shape)}.")
     return head_mask
 
 

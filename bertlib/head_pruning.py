@@ -155,7 +155,10 @@ def pruned_bert_forward(
     check_config(config)
     check_inputs(config, input_ids, attention_mask, token_type_ids)
     x = embeddings(state_dict, config, input_ids, token_type_ids)
-    mask = None if attention_mask is None or bool(attention_mask.all()) else extended_attention_mask(attention_mask, x.dtype)
+    if attention_mask is None or bool(attention_mask.all()):
+        mask = None
+    else:
+        mask = extended_attention_mask(attention_mask, x.dtype)
     all_hidden, all_attn = [x], []
     for layer in range(config.num_hidden_layers):
         context, probs = pruned_self_attention(state_dict, config, x, mask, layer=layer,

@@ -92,11 +92,12 @@ def feed_forward(
     """
     p = f"encoder.layer.{layer}."
     act = activation(config.hidden_act, fused=fused)
-    h = act(F.linear(attention_out, state_dict[p + "intermediate.dense.weight"], state_dict[p + "intermediate.dense.bias"]))
+    h = F.linear(attention_out, state_dict[p + "intermediate.dense.weight"], state_dict[p + "intermediate.dense.bias"])
+    h = act(h)
     h = F.linear(h, state_dict[p + "output.dense.weight"], state_dict[p + "output.dense.bias"])
     h = F.dropout(h, config.hidden_dropout_prob, training)
-    return layer_norm(h + attention_out, state_dict[p + "output.LayerNorm.weight"], state_dict[p + "output.LayerNorm.bias"],
-                      config.layer_norm_eps, fused=fused)
+    gamma, beta = state_dict[p + "output.LayerNorm.weight"], state_dict[p + "output.LayerNorm.bias"]
+    return layer_norm(h + attention_out, gamma, beta, config.layer_norm_eps, fused=fused)
 
 
 def encoder_layer(

@@ -141,7 +141,8 @@ def relative_embeddings(state_dict: Mapping[str, torch.Tensor], config: BertConf
     p = "embeddings."
     if token_type_ids is None:
         token_type_ids = torch.zeros_like(input_ids)
-    x = state_dict[p + "word_embeddings.weight"][input_ids] + state_dict[p + "token_type_embeddings.weight"][token_type_ids]
+    x = state_dict[p + "word_embeddings.weight"][input_ids]
+    x = x + state_dict[p + "token_type_embeddings.weight"][token_type_ids]
     x = layer_norm(x, state_dict[p + "LayerNorm.weight"], state_dict[p + "LayerNorm.bias"], config.layer_norm_eps)
     return F.dropout(x, config.hidden_dropout_prob, training)
 
@@ -162,7 +163,8 @@ def relative_bert_forward(
     ``head_mask`` as in :func:`bertlib.bert_forward`. Defined in chapter 13."""
     _kind(config)
     check_state_dict({k: v for k, v in state_dict.items() if "distance_embedding" not in k}, _as_absolute(config))
-    missing = [distance_embedding_key(i) for i in range(config.num_hidden_layers) if distance_embedding_key(i) not in state_dict]
+    keys = [distance_embedding_key(i) for i in range(config.num_hidden_layers)]
+    missing = [k for k in keys if k not in state_dict]
     if missing:
         raise ValueError(f"state_dict lacks the distance tables {missing[:2]}...; add them with "
                          "bertlib.relative_position.add_distance_embeddings(state_dict, config).")
