@@ -21,8 +21,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ATTENTION_FUNCTIONS", "BertClassifier", "BertForwardOutput", "Pretrained", "activation", "attention_head",
-    "attention_output", "bert_forward", "causal_attention_mask", "check_config", "check_inputs", "check_state_dict", "default_model_path", "embeddings",
-    "encoder", "encoder_layer", "expected_shapes", "extended_attention_mask", "feed_forward", "gelu", "gelu_tanh",
-    "get_attention_function", "get_device", "get_profile", "head_slice", "layer_norm", "load_pretrained", "pooler", "self_attention",
-    "set_seed", "setup", "split_bert_state_dict", "to_hf_model", "tolerance", "transpose_for_scores",
+    "attention_output", "bert_forward", "causal_attention_mask", "check_config", "check_inputs", "check_state_dict",
+    "default_model_path", "embeddings", "encoder", "encoder_layer", "expected_shapes", "extended_attention_mask",
+    "feed_forward", "gelu", "gelu_tanh", "get_attention_function", "get_device", "get_profile", "head_slice",
+    "layer_norm", "load_pretrained", "pooler", "self_attention", "set_seed", "setup", "split_bert_state_dict",
+    "to_hf_model", "tolerance", "transpose_for_scores",
 ]

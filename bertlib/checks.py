@@ -11,7 +11,6 @@ from collections.abc import Mapping
 import torch
 from transformers import BertConfig
 
-
 #: ``config.position_embedding_type`` values that add a per-layer distance table (HF 4.x, chapter 13).
 RELATIVE_TYPES = ("relative_key", "relative_key_query")
 

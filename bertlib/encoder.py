@@ -17,8 +17,15 @@ from transformers import BertConfig
 
 from .attention import causal_attention_mask, extended_attention_mask
 from .attention_functions import get_attention_function
-from .checks import (POOLER_KEYS, RELATIVE_TYPES, check_config, check_hidden, check_inputs, check_state_dict,
-                     position_embedding_type)
+from .checks import (
+    POOLER_KEYS,
+    RELATIVE_TYPES,
+    check_config,
+    check_hidden,
+    check_inputs,
+    check_state_dict,
+    position_embedding_type,
+)
 from .embeddings import embeddings
 from .layer import encoder_layer
 from .pooler import pooler

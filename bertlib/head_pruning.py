@@ -115,8 +115,10 @@ def prune_heads(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
     return prune(state_dict, config, heads_to_prune)[0]
 
 
-def pruned_self_attention(state_dict: Mapping[str, torch.Tensor], config: BertConfig, hidden_states: torch.Tensor,
-                          attention_mask: torch.Tensor | None = None, **kwargs) -> tuple[torch.Tensor, torch.Tensor | None]:
+def pruned_self_attention(
+    state_dict: Mapping[str, torch.Tensor], config: BertConfig, hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None = None, **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`bertlib.self_attention` (a thin alias): a pruned layer's weights have ``kept * head_size`` rows, and
     ``self_attention`` reads the number of heads from them. Returns ``(batch, seq, kept * head_size)`` and
     ``(batch, kept, seq, seq)``. Defined in chapter 13."""
