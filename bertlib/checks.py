@@ -150,16 +150,28 @@ def check_state_dict(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
             + "Pass the state dict of a BertModel (e.g. bertlib.load_pretrained().state_dict) whose config "
             "matches the one given."
         )
-    wrong = [f"{k}: {given[k]} (config implies {shape})" for k, shape in shapes.items() if given[k] != shape]
+    wrong = [k for k, shape in shapes.items() if given[k] != shape]
     if wrong:
-        hint = ""
-        if any(".attention.self." in w or "attention.output.dense.weight" in w for w in wrong):
-            hint = (" Weights with fewer heads come from pruning: run them with the config that "
-                    "bertlib.head_pruning.prune() returned (its pruned_heads says which heads are gone).")
-        raise ValueError(
-            "state_dict shapes do not match the config: " + "; ".join(wrong[:6])
-            + ". Use the config that was saved with these weights." + hint
-        )
+        raise ValueError("state_dict shapes do not match the config: " + _wrong_summary(wrong, given, shapes, config))
+
+
+def _wrong_summary(wrong: list[str], given: dict, shapes: dict, config: BertConfig) -> str:
+    """Wrong shapes, short: a layer whose attention has another head count is one item (pruning), then at most
+    four keys with both shapes, then the fix."""
+    d = config.hidden_size // config.num_attention_heads
+    items, pruning = [], False
+    for i in range(config.num_hidden_layers):
+        q = f"encoder.layer.{i}.attention.self.query.weight"
+        if q in wrong:
+            pruning = True
+            items.append(f"layer {i}'s attention weights hold {given[q][0] // d} heads ({q}: {given[q]}), the config "
+                         f"implies {shapes[q][0] // d}")
+            wrong = [k for k in wrong if not (k.startswith(f"encoder.layer.{i}.attention.")
+                                              and (".self." in k or "output.dense.weight" in k))]
+    items += [f"{k}: {given[k]} (config implies {shapes[k]})" for k in wrong[:4]]
+    hint = (" Weights with fewer heads come from pruning: use the config that bertlib.head_pruning.prune() returned "
+            "(its pruned_heads records which heads are gone), or the config.json saved with them." if pruning else "")
+    return "; ".join(items) + ". Use the config that was saved with these weights." + hint
 
 
 def check_inputs(

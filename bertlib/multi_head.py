@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from transformers import BertConfig
 
 from .attention_functions import get_attention_function
-from .checks import check_config, check_hidden, kept_heads
+from .checks import check_config, check_hidden, kept_heads, position_embedding_type
 from .relative_position import RELATIVE_TYPES, distance_embedding_key, relative_position_scores
 
 
@@ -75,13 +75,13 @@ def self_attention(
     head_mask = layer_head_mask(config, head_mask, layer)
     p = f"encoder.layer.{layer}.attention.self."
     d = config.hidden_size // config.num_attention_heads
-    heads = state_dict[p + "query.weight"].shape[0] // d  # fewer than config says after pruning
+    weights = [(state_dict[p + n + ".weight"], state_dict[p + n + ".bias"]) for n in ("query", "key", "value")]
+    heads = weights[0][0].shape[0] // d  # fewer than config says after pruning
     batch, seq = hidden_states.shape[:2]
     if heads == 0:  # every head pruned: no context at all (the output dense then adds only its bias)
         return hidden_states.new_zeros(batch, seq, 0), None
-    q, k, v = (transpose_for_scores(F.linear(hidden_states, state_dict[p + n + ".weight"], state_dict[p + n + ".bias"]),
-                                    heads) for n in ("query", "key", "value"))  # (batch, heads, seq, head_size)
-    kind = getattr(config, "position_embedding_type", "absolute")
+    q, k, v = (transpose_for_scores(F.linear(hidden_states, w, b), heads) for w, b in weights)  # (b, heads, seq, d)
+    kind = position_embedding_type(config)
     if kind in RELATIVE_TYPES:  # HF 4.x: (QK^T + rel) / sqrt(d) + mask, the bias folded into the mask
         rel = relative_position_scores(q, k, state_dict[distance_embedding_key(layer)],
                                        config.max_position_embeddings, kind) * d**-0.5
