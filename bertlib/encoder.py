@@ -194,16 +194,15 @@ def bert_forward(
     LayerNorm and GELU. The config's ``position_embedding_type`` (``relative_key``/``relative_key_query``) and
     ``pruned_heads`` select HF 4.x's relative positions and pruned heads (chapter 13).
 
-    ``head_mask`` (HF 4.x's argument, chapter 13): ``(heads,)`` for every layer alike or ``(num_hidden_layers,
-    heads)``; head ``h`` of layer ``i`` has its attention probabilities multiplied by the factor (0 = off).
+    ``head_mask`` (HF 4.x, chapter 13): ``(heads,)`` or ``(num_hidden_layers, heads)`` factors on each head's
+    attention probabilities (0 = off).
 
     ``output_hidden_states`` and ``output_attentions`` (HF's names): the book looks at every intermediate, so both
     default to ``True`` here (HF's ``BertModel`` defaults to ``False``); with ``False`` the field is ``()`` and
     each layer's activations are freed as the pass goes (appendix 14 measures the difference).
     ``add_pooling_layer``: ``None`` pools when the state dict has the pooler's weights (``BertForMaskedLM`` has
-    none), ``False`` never (``pooler_output`` is ``None``), ``True`` requires them. ``check=False`` skips the
-    validation of config, weights and inputs (done once per call, not per layer; training loops and the
-    benchmark turn it off: it reads the ids' min and max, a GPU→CPU copy).
+    none), ``False`` never (``pooler_output=None``), ``True`` requires them. ``check=False`` skips the validation
+    (once per call; it reads the ids' min and max, a GPU→CPU copy): training loops and the benchmark turn it off.
     """
     if check:
         _validate(state_dict, config, input_ids, attention_mask, token_type_ids, position_ids,
@@ -219,11 +218,11 @@ def bert_forward(
         mask = attention_mask_for(config, attention_mask, input_ids.shape[1], x.dtype, x.device)
         hidden, attn = encoder(state_dict, config, x, mask, output_hidden_states=output_hidden_states, check=False,
                                **run)
-    if add_pooling_layer is None:
-        add_pooling_layer = POOLER_KEYS[0] in state_dict
+    last = hidden[-1]
+    pooled = add_pooling_layer if add_pooling_layer is not None else POOLER_KEYS[0] in state_dict
     return BertForwardOutput(
-        last_hidden_state=hidden[-1],
-        pooler_output=pooler(state_dict, config, hidden[-1]) if add_pooling_layer else None,
+        last_hidden_state=last,
+        pooler_output=pooler(state_dict, config, last) if pooled else None,
         hidden_states=hidden if output_hidden_states else (),
         attentions=attn,
     )
