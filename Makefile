@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit lint notebooks book bench gpu sweep clean
+.PHONY: install test unit lint notebooks book bench fidelity gpu sweep clean
 
 install: $(STAMP)
 
@@ -48,6 +48,11 @@ BENCH ?=
 bench: $(STAMP)
 	mkdir -p _build
 	$(PY) -m bertlib.bench $(BENCH) --out _build/bench$(subst --,_,$(BENCH)).json
+
+## make fidelity: bertlib vs transformers, max |diff| per layer (python -m bertlib.fidelity); FIDELITY="--attn eager,sdpa"
+FIDELITY ?=
+fidelity: $(STAMP)
+	$(PY) -m bertlib.fidelity $(FIDELITY)
 
 ## make sweep: the chapters that train, sample or time something under seeds 0-4 and with one torch thread; prints
 ## each claim's worst margin (tests/sweep.py; _build/sweep/margins.md). SWEEP="--seeds 0 1" to choose.
