@@ -6,6 +6,10 @@ delete head ``h``'s rows of the query/key/value weights and the matching columns
 parameters and less work. Transformers 5.x removed both; :func:`bertlib.bert_forward` keeps ``head_mask``, and this
 module keeps pruning, plus the gradient-based head importance of Michel, Levy & Neubig (2019), *Are Sixteen Heads
 Really Better than One?*, used to choose which heads to prune.
+
+Pruning follows 4.x exactly (:func:`prune`): original head numbers, already-pruned heads ignored, negative layer
+indices, and ``config.pruned_heads`` recording the result. A pruned model runs through the one layer loop,
+:func:`bertlib.bert_forward`, which reads ``config.pruned_heads`` as HF 4.x did when loading a pruned checkpoint.
 """
 
 from __future__ import annotations

@@ -10,7 +10,10 @@ that transformers 4.x implemented in ``BertSelfAttention`` with ``config.positio
 
 where ``D`` is a per-layer learned table ``distance_embedding`` of ``2 * max_position_embeddings - 1`` rows of
 width ``head_size`` (row ``l - r + max_position_embeddings - 1``), shared by the heads. With either variant the
-embeddings add no absolute position vector. Transformers 5.x removed both; this module keeps them.
+embeddings add no absolute position vector. Transformers 5.x removed both; this module keeps them: the formulas
+live here, and :func:`bertlib.self_attention` adds the terms whenever ``config.position_embedding_type`` asks, so
+:func:`bertlib.bert_forward` (the one layer loop) runs a relative model with any attention function but the
+padding-free one.
 """
 
 from __future__ import annotations
