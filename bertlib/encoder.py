@@ -192,10 +192,8 @@ def bert_forward(
     (chapter 5), ``"sdpa"`` (fused, appendix 14), ``"head_loop"`` (chapter 4's one head at a time) or
     ``"unpadded"`` (appendix 14: no padding position is computed; zeros there). ``fused=True``: one-kernel
     LayerNorm and GELU. The config's ``position_embedding_type`` (``relative_key``/``relative_key_query``) and
-    ``pruned_heads`` select HF 4.x's relative positions and pruned heads (chapter 13).
-
-    ``head_mask`` (HF 4.x, chapter 13): ``(heads,)`` or ``(num_hidden_layers, heads)`` factors on each head's
-    attention probabilities (0 = off).
+    ``pruned_heads`` select HF 4.x's relative positions and pruned heads, and ``head_mask`` (HF 4.x) is
+    ``(heads,)`` or ``(num_hidden_layers, heads)`` factors on each head's attention probabilities (chapter 13).
 
     ``output_hidden_states`` and ``output_attentions`` (HF's names): the book looks at every intermediate, so both
     default to ``True`` here (HF's ``BertModel`` defaults to ``False``); with ``False`` the field is ``()`` and
