@@ -27,6 +27,10 @@ from sphinx.util import logging
 logger = logging.getLogger(__name__)
 
 VENDOR = "_vendor"
+#: Kernels started by the build (and by the nbval run that fills its cache) get ``BERTLIB_BERTVIZ_ASSETS=cdn``: bertlib
+#: then leaves bertviz's CDN URLs in the outputs for :func:`rewrite_page`, instead of inlining its own copies of
+#: require.js, d3 and jQuery into every view as it does in a live notebook (``bertlib/notebook.py``).
+BERTVIZ_ASSETS_ENV = "BERTLIB_BERTVIZ_ASSETS"
 
 #: npm file (relative to node_modules) -> file under _vendor/. require.js paths are given without ".js".
 FILES = {
@@ -126,7 +130,8 @@ def ensure_npm_assets(app: Sphinx) -> Path:
 
 def copy_assets(app: Sphinx) -> None:
     """builder-inited: install the npm assets and copy them to ``<outdir>/_vendor`` (before pages are written,
-    so Sphinx can checksum the MathJax script)."""
+    so Sphinx can checksum the MathJax script). Kernels this build starts leave bertviz's CDN URLs for the rewrite."""
+    os.environ.setdefault(BERTVIZ_ASSETS_ENV, "cdn")
     if app.builder.format != "html":
         return
     modules = ensure_npm_assets(app)
