@@ -3,7 +3,7 @@
 - :mod:`bertbook.offline`: the built HTML makes no request outside its own origin (require.js, d3, jQuery and
   MathJax come from npm at build time and are served from ``_vendor/``; CDN URLs are rewritten; an external
   resource left in a page is a warning, an error under ``-W``).
-- :mod:`bertbook.measure`: each executed chapter states the run time and peak memory the build measured.
+- :mod:`bertbook.measure`: each executed chapter states, at its end, the run time and peak memory the build measured.
 - :mod:`bertbook.cachekey`: the execution cache is emptied when ``bertlib``, the settings or the package versions
   differ from those it was filled under (it may have been filled by ``make test``'s nbval run).
 - ``static/bertbook.css``: wide interactive outputs (bertviz ``model_view``) scroll inside their own box.
