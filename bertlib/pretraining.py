@@ -498,6 +498,15 @@ def train_step(model: BertPretrainingModel, batch: Mapping[str, torch.Tensor], o
     return out
 
 
+def optimizer_and_schedule(model: BertPretrainingModel, *, steps: int, lr: float, warmup: float = 0.1,
+                           weight_decay: float = 0.01) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """What :func:`pretrain` trains with: AdamW (:func:`bertlib.optimization.adamw`; ``weight_decay`` on all but
+    biases and LayerNorm weights, epsilon :data:`PRETRAIN_ADAM_EPS`) and a linear warm-up over the first ``warmup``
+    fraction of the ``steps``, then linear decay to 0 (:func:`bertlib.optimization.schedule`)."""
+    optimizer = adamw(model, lr, weight_decay, eps=PRETRAIN_ADAM_EPS)
+    return optimizer, schedule(optimizer, steps, warmup)
+
+
 def pretrain(
     model: BertPretrainingModel,
     data: PretrainingData,
@@ -515,16 +524,14 @@ def pretrain(
 ) -> TrainingHistory:
     """Train ``model`` on MLM + NSP for ``steps`` steps (or until ``max_seconds`` have passed).
 
-    Each step is :func:`train_step` on a fresh :func:`sample_batch` of ``batch_size`` pairs. The optimiser and
-    schedule are the book's one recipe (:mod:`bertlib.optimization`): AdamW with ``weight_decay`` on all but
-    biases and LayerNorm weights (epsilon :data:`PRETRAIN_ADAM_EPS`), gradient norm clipped at 1, and a linear
-    warm-up over the first ``warmup`` fraction of the steps, then linear decay to 0. Defined in chapter 11,
-    *Pre-training*.
+    Each step is :func:`train_step` (gradient norm clipped at 1) on a fresh :func:`sample_batch` of ``batch_size``
+    pairs, with :func:`optimizer_and_schedule`: the book's one recipe (:mod:`bertlib.optimization`), AdamW with
+    ``weight_decay`` on all but biases and LayerNorm weights and a linear warm-up over the first ``warmup``
+    fraction of the steps, then linear decay to 0. Defined in chapter 11, *Pre-training*.
     """
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(resolve_seed(seed))
-    opt = adamw(model, lr, weight_decay, eps=PRETRAIN_ADAM_EPS)
-    sched = schedule(opt, steps, warmup)
+    opt, sched = optimizer_and_schedule(model, steps=steps, lr=lr, warmup=warmup, weight_decay=weight_decay)
     hist = TrainingHistory()
     start = time.perf_counter()
     model.train()
