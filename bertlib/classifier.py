@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig
 
-from .checks import check_config, check_state_dict, expected_shapes
+from .checks import check_config, check_inputs, check_state_dict, expected_shapes
 from .encoder import bert_forward
 
 
@@ -133,8 +133,9 @@ class BertClassifier(nn.Module):
         words = padding_row_frozen(self._weights[WORD_EMBEDDINGS], getattr(self.config, "pad_token_id", None))
         weights = self._weights if words is self._weights[WORD_EMBEDDINGS] else ChainMap({WORD_EMBEDDINGS: words},
                                                                                            self._weights)
+        check_inputs(self.config, input_ids, attention_mask, token_type_ids)  # the weights were checked in __init__
         out = bert_forward(weights, self.config, input_ids, attention_mask,
                            token_type_ids, training=self.training, attn_implementation=self.attn_implementation,
-                           fused=self.fused, output_hidden_states=False, output_attentions=False)
+                           fused=self.fused, output_hidden_states=False, output_attentions=False, check=False)
         pooled = F.dropout(out.pooler_output, self.dropout_prob, self.training)
         return self.classifier(pooled)
