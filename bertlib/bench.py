@@ -1,7 +1,8 @@
 """``python -m bertlib.bench [--quick] [--out FILE.json]``: bertlib's forward pass timed against transformers.
 
 Same inputs, one run; every implementation of a shape is timed in turn, round after round (interleaved, so a
-machine that slows down mid-run slows all of them alike), after warm-up; the median is reported. Sections:
+machine that slows down mid-run slows all of them alike), after warm-up; the median is reported, and each ratio
+is taken within a round and then the median over rounds. Sections:
 
 - **grid**: rows ``model, impl, batch, seq, dtype, device, ms, tokens_per_s, peak_mem_mb, ratio_vs_hf_sdpa``
   (plus ``mfu`` for bf16/fp16 on a GPU). Implementations: ``hf-eager`` and ``hf-sdpa`` (``transformers.BertModel``
@@ -139,10 +140,11 @@ def peak_memory_mb(fn: Callable[[], object], device: torch.device) -> float:
     return rss.mb
 
 
-def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int,
-                     warmup: int = 1) -> dict[str, float]:
-    """Median milliseconds of each function, timed round-robin: ``repeats`` rounds, each calling every function once.
-    On CPU, :func:`keep_freed_memory` is switched on first."""
+def time_rounds(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int,
+                warmup: int = 1) -> dict[str, list[float]]:
+    """Milliseconds of each function in each of ``repeats`` rounds, timed round-robin (each round calls every
+    function once, so a slowdown of the machine falls on all of them alike). On CPU, :func:`keep_freed_memory` is
+    switched on first."""
     if device.type == "cpu":
         keep_freed_memory()
     for fn in fns.values():
@@ -156,7 +158,18 @@ def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device,
             fn()
             _sync(device)
             times[name].append((time.perf_counter() - t0) * 1e3)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int,
+                     warmup: int = 1) -> dict[str, float]:
+    """Median milliseconds of each function over the rounds of :func:`time_rounds`."""
+    return {name: statistics.median(t) for name, t in time_rounds(fns, device, repeats, warmup).items()}
+
+
+def paired_ratio(rounds: dict[str, list[float]], a: str, b: str) -> float:
+    """``a``'s time over ``b``'s, taken within each round (the same moment of a busy machine), median over rounds."""
+    return statistics.median(x / y for x, y in zip(rounds[a], rounds[b], strict=True))
 
 
 def random_bert_base(device: torch.device, tokenizer) -> Pretrained:
@@ -234,15 +247,16 @@ def grid_rows(name: str, pt: Pretrained, device: torch.device, shapes, dtypes, r
             if compiled is not None:
                 impls["bertlib-sdpa+compile"] = run(dtype, compiled, sd, config, ids, mask,
                                                     attn_implementation="sdpa", fused=True)
-            ms = time_interleaved(impls, device, repeats)
+            rounds = time_rounds(impls, device, repeats)
+            ms = {impl: statistics.median(t) for impl, t in rounds.items()}
             for impl, fn in impls.items():
                 flops = forward_flops_per_token(config, n_params, seq) * batch * seq
                 mfu = (flops / (ms[impl] / 1e3) / (peak_tflops * 1e12)
                        if peak_tflops and dtype != torch.float32 else None)
                 rows.append(Row(name, impl, batch, seq, dtype_name, str(device), round(ms[impl], 3),
                                 round(batch * seq / (ms[impl] / 1e3)), round(peak_memory_mb(fn, device), 1),
-                                ratio_vs_hf_sdpa=round(ms[impl] / ms["hf-sdpa"], 3),
-                                ratio_vs_hf_eager=round(ms[impl] / ms["hf-eager"], 3),
+                                ratio_vs_hf_sdpa=round(paired_ratio(rounds, impl, "hf-sdpa"), 3),
+                                ratio_vs_hf_eager=round(paired_ratio(rounds, impl, "hf-eager"), 3),
                                 mfu=None if mfu is None else round(mfu, 4)))
     return rows
 
