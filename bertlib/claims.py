@@ -17,13 +17,14 @@ import torch
 from .runtime import default_seed, get_profile
 
 
-def record(name: str, observed: float, bound: float, margin: float, relation: str) -> None:
-    """Append one observation to ``$BERTLIB_MARGINS`` (nothing happens when it is unset)."""
+def record(name: str, observed: float, bound: float, margin: float, relation: str, *, asserted: bool = False) -> None:
+    """Append one observation to ``$BERTLIB_MARGINS`` (nothing happens when it is unset). ``asserted=False`` (a
+    comparison the chapter reports without asserting it) is marked so in the sweep's table."""
     path = os.environ.get("BERTLIB_MARGINS")
     if not path:
         return
     row = dict(name=name, observed=observed, bound=bound, margin=margin, relation=relation, seed=default_seed(),
-               threads=torch.get_num_threads(), profile=get_profile())
+               threads=torch.get_num_threads(), profile=get_profile(), asserted=asserted)
     with open(path, "a") as f:
         f.write(json.dumps(row) + "\n")
 
@@ -37,6 +38,6 @@ def assert_margin(name: str, observed: float, bound: float, *, above: bool = Tru
     observed, bound = float(observed), float(bound)
     margin = observed - bound if above else bound - observed
     relation = ">" if above else "<"
-    record(name, observed, bound, margin, relation)
+    record(name, observed, bound, margin, relation, asserted=True)
     assert margin > 0, f"{name}: observed {observed:.6g}, the claim needs {relation} {bound:.6g}"
     return margin

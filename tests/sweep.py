@@ -66,8 +66,8 @@ def table(rows: list[dict]) -> str:
     by_claim: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         by_claim[r["name"]].append(r)
-    lines = ["| claim | needs | observed (min – max) | worst margin | worst margin / bound | runs |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| claim | needs | observed (min – max) | worst margin | worst margin / bound | runs | asserted |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, rs in sorted(by_claim.items()):
         worst = min(rs, key=lambda r: r["margin"])
         bounds = {r["bound"] for r in rs}
@@ -76,7 +76,8 @@ def table(rows: list[dict]) -> str:
         obs = [r["observed"] for r in rs]
         configs = sorted({(r["seed"], r["threads"]) for r in rs})
         lines.append(f"| {name} | {bound} | {min(obs):.4g} – {max(obs):.4g} | {worst['margin']:.4g} "
-                     f"(seed {worst['seed']}, {worst['threads']} threads) | {rel} | {len(configs)} |")
+                     f"(seed {worst['seed']}, {worst['threads']} threads) | {rel} | {len(configs)} | "
+                     f"{'yes' if all(r.get('asserted', True) for r in rs) else 'no, reported'} |")
     return "\n".join(lines)
 
 

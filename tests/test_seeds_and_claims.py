@@ -62,6 +62,7 @@ def test_assert_margin_records_and_fails(monkeypatch, tmp_path):
     assert [(r["name"], r["relation"], r["seed"]) for r in rows] == [("above", ">", 2), ("below", "<", 2),
                                                                       ("failing", ">", 2)]
     assert rows[2]["margin"] == pytest.approx(-0.2)                               # a failure is recorded too
+    assert all(r["asserted"] for r in rows)
 
 
 def test_sweep_table(tmp_path):
@@ -71,7 +72,10 @@ def test_sweep_table(tmp_path):
     rows = [dict(name="c", observed=o, bound=0.5, margin=o - 0.5, relation=">", seed=s, threads=t)
             for o, s, t in [(0.7, 0, 2), (0.6, 1, 2), (0.9, 0, 1)]]
     line = table(rows).splitlines()[-1]
-    assert "0.6 – 0.9" in line and "0.1 (seed 1, 2 threads)" in line and "20.0%" in line and line.endswith("| 3 |")
+    assert "0.6 – 0.9" in line and "0.1 (seed 1, 2 threads)" in line and "20.0%" in line
+    assert line.endswith("| 3 | yes |")
+    reported = [dict(r, name="r", asserted=False) for r in rows]                 # claims.record: reported, not asserted
+    assert table(reported).splitlines()[-1].endswith("| 3 | no, reported |")
 
 
 def test_execution_cache_emptied_when_bertlib_changes(tmp_path):
