@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit lint notebooks book bench gpu sweep clean
+.PHONY: install test unit lint notebooks book bench fidelity gpu sweep clean lab
 
 install: $(STAMP)
 
@@ -43,11 +43,27 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
+## make lab: the chapters in JupyterLab, as a reader runs them (installs the `lab` extra). The course kernel
+## "Python 3 (bert-taken-apart)" is preselected (JUPYTER_PREFER_ENV_PATH: this .venv's kernel named python3, the name
+## every notebook asks for, wins over a user-wide one). bertviz views draw offline: bertlib.setup() serves them
+## require.js, d3 and jQuery from node_modules/ (npm ci, as for the book). LAB="--port 8899 --no-browser" passes options.
+LAB ?=
+lab: $(STAMP) node_modules/.package-lock.json
+	$(PY) -m pip install --quiet -e ".[lab]"
+	JUPYTER_PREFER_ENV_PATH=1 $(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir="$(CURDIR)" \
+	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB) \
+	  chapters/01_tokenization.ipynb
+
 ## make bench: bertlib vs transformers speed (python -m bertlib.bench); BENCH=--quick for the small CI grid
 BENCH ?=
 bench: $(STAMP)
 	mkdir -p _build
 	$(PY) -m bertlib.bench $(BENCH) --out _build/bench$(subst --,_,$(BENCH)).json
+
+## make fidelity: bertlib vs transformers, max |diff| per layer (python -m bertlib.fidelity); FIDELITY="--attn eager,sdpa"
+FIDELITY ?=
+fidelity: $(STAMP)
+	$(PY) -m bertlib.fidelity $(FIDELITY)
 
 ## make sweep: the chapters that train, sample or time something under seeds 0-4 and with one torch thread; prints
 ## each claim's worst margin (tests/sweep.py; _build/sweep/margins.md). SWEEP="--seeds 0 1" to choose.
@@ -65,9 +81,11 @@ clean:
 ## make browser-test: the built book in a real browser (after `make book`): Debian's chromium driven by Playwright
 ## against _build/html on 127.0.0.1; every page in _toc.yml loads offline with no console error, MathJax and bertviz
 ## render, links resolve; full-page screenshots land in _build/screenshots/. Installs chromium with apt if missing.
+## It also runs the chapters with bertviz views in JupyterLab (as `make lab` starts it) with every request outside
+## 127.0.0.1 blocked: no cell may fail and the views must draw (tests/browser/test_lab_offline.py).
 .PHONY: browser-test
 CHROMIUM ?= /usr/bin/chromium
-browser-test: $(STAMP)
+browser-test: $(STAMP) node_modules/.package-lock.json
 	@test -f _build/html/index.html || { echo "browser-test: no _build/html/index.html: run 'make book' first"; exit 1; }
 	@command -v $(CHROMIUM) >/dev/null || { echo "browser-test: installing Debian's chromium (apt)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }

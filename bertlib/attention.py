@@ -66,3 +66,19 @@ def attention_head(
         scores = scores + attention_mask[:, 0]  # (batch, 1, seq): broadcast over query rows
     probs = scores.softmax(dim=-1)
     return probs @ v, probs
+
+
+def causal_attention_mask(seq: int, attention_mask: torch.Tensor | None = None, dtype: torch.dtype = torch.float32,
+                          device: torch.device | str | None = None) -> torch.Tensor:
+    """The decoder's mask (``config.is_decoder``, HF's ``create_causal_mask``): query ``l`` sees keys ``r <= l``
+    that are not padding. ``attention_mask``: ``(batch, seq)`` 1/0 or ``None``. Returns the additive
+    ``(batch, 1, seq, seq)`` mask (``(1, 1, seq, seq)`` without padding): 0 where attended, ``finfo(dtype).min``
+    elsewhere. Defined in chapter 7, *The encoder loop* (a BERT with ``is_decoder=True`` is a left-to-right model).
+    """
+    if attention_mask is not None:
+        device = attention_mask.device
+    allowed = torch.ones(seq, seq, dtype=torch.bool, device=device).tril()[None]  # (1, seq, seq): r <= l
+    if attention_mask is not None:
+        allowed = allowed & attention_mask.bool()[:, None, :]  # (batch, seq, seq): and r is a real token
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask[:, None]

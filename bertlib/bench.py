@@ -45,7 +45,6 @@ import torch
 from tqdm.auto import trange
 from transformers import BertConfig
 
-from .attention import attention_head, extended_attention_mask
 from .encoder import bert_forward
 from .pretrained import Pretrained, load_pretrained, to_hf_model
 from .runtime import progress_enabled, setup
@@ -182,22 +181,15 @@ def forward_flops_per_token(config: BertConfig, n_params: int, seq: int) -> floa
 
 def outputs_only(*args, **kwargs):
     """:func:`bertlib.bert_forward` keeping only the outputs, as ``transformers.BertModel`` does by default (no
-    hidden state per layer, no attention probabilities): the like-for-like comparison."""
-    return bert_forward(*args, output_hidden_states=False, output_attentions=False, **kwargs)
+    hidden state per layer, no attention probabilities) and, like it, checking nothing (``check=False``): the
+    like-for-like comparison."""
+    return bert_forward(*args, output_hidden_states=False, output_attentions=False, check=False, **kwargs)
 
 
 def head_loop_forward(sd, config, input_ids, attention_mask):
-    """Chapter 4's per-head loop run through every layer (only attention differs from ``bert_forward``; the
-    formulas as written, so its match is ``bertlib-eager-formulas``)."""
-    from .embeddings import embeddings
-    from .layer import attention_output, feed_forward
-
-    x = embeddings(sd, config, input_ids)
-    mask = extended_attention_mask(attention_mask, x.dtype)
-    for layer in range(config.num_hidden_layers):
-        heads = [attention_head(sd, config, x, h, mask, layer=layer)[0] for h in range(config.num_attention_heads)]
-        x = feed_forward(sd, config, attention_output(sd, config, torch.cat(heads, -1), x, layer=layer), layer=layer)
-    return x
+    """Chapter 4's per-head loop run through every layer: ``bert_forward(..., attn_implementation="head_loop")``
+    (only attention differs; the formulas as written, so its match is ``bertlib-eager-formulas``)."""
+    return outputs_only(sd, config, input_ids, attention_mask, attn_implementation="head_loop").last_hidden_state
 
 
 def gpu_peak_tflops(device: torch.device) -> float | None:
@@ -285,7 +277,7 @@ def workload_rows(pt: Pretrained, device: torch.device, n_posts: int | None, max
     by_length = sorted(naive, key=lambda j: len(enc[j]))
     hf_fn = cls_of(lambda ids, m: hf(input_ids=ids, attention_mask=m))
     fast_fn = cls_of(lambda ids, m: outputs_only(sd, config, ids, m, attn_implementation="sdpa", fused=True))
-    unpadded_fn = cls_of(lambda ids, m: bert_forward_unpadded(sd, config, ids, m))
+    unpadded_fn = cls_of(lambda ids, m: bert_forward_unpadded(sd, config, ids, m, check=False))
     methods = {
         "hf-sdpa, naive batches": (naive, hf_fn),
         "hf-sdpa, length-sorted": (by_length, hf_fn),

@@ -11,14 +11,49 @@ from collections.abc import Mapping
 import torch
 from transformers import BertConfig
 
+#: ``config.position_embedding_type`` values that add a per-layer distance table (HF 4.x, chapter 13).
+RELATIVE_TYPES = ("relative_key", "relative_key_query")
 
-def expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+#: The pooler's parameters: optional, as in HF (``BertModel(config, add_pooling_layer=False)``).
+POOLER_KEYS = ("pooler.dense.weight", "pooler.dense.bias")
+
+
+def position_embedding_type(config: BertConfig) -> str:
+    """``config.position_embedding_type``, ``"absolute"`` when unset (transformers 5 no longer sets it)."""
+    return getattr(config, "position_embedding_type", None) or "absolute"
+
+
+def pruned_heads(config: BertConfig) -> dict[int, frozenset[int]]:
+    """``config.pruned_heads`` as ``{layer: heads}`` with int keys in ``0..num_hidden_layers - 1`` (a config read
+    from JSON has string keys; HF 4.x also stores negative layer indices as given). Original head numbering."""
+    raw = getattr(config, "pruned_heads", None) or {}
+    L = config.num_hidden_layers
+    out: dict[int, frozenset[int]] = {}
+    for layer, heads in raw.items():
+        i = int(layer)
+        if not -L <= i < L:
+            raise ValueError(f"config.pruned_heads names layer {layer!r}, but the model has {L} layers.")
+        out[i % L] = out.get(i % L, frozenset()) | frozenset(int(h) for h in heads)
+    return out
+
+
+def kept_heads(config: BertConfig, layer: int) -> list[int]:
+    """The original numbers of the heads layer ``layer`` still has after ``config.pruned_heads`` (chapter 13)."""
+    gone = pruned_heads(config).get(layer, frozenset())
+    return [h for h in range(config.num_attention_heads) if h not in gone]
+
+
+def expected_shapes(config: BertConfig, *, pooler: bool = True) -> dict[str, tuple[int, ...]]:
     """Every parameter of ``transformers.BertModel`` for ``config``, by its HF name, with its shape.
 
-    ``5 + 16 * num_hidden_layers + 2`` entries (103 for the 6-layer MiniLM). Buffers such as
-    ``embeddings.position_ids`` are not parameters and are not listed.
+    ``5 + 16 * num_hidden_layers + 2`` entries (103 for the 6-layer MiniLM); ``pooler=False`` leaves out the
+    pooler's two (HF's ``add_pooling_layer=False``). A layer with pruned heads (``config.pruned_heads``) has
+    ``kept * head_size`` rows of Q/K/V and columns of the attention output; a relative position type adds one
+    ``distance_embedding`` table per layer (HF 4.x). Buffers such as ``embeddings.position_ids`` are not listed.
     """
     H, I = config.hidden_size, config.intermediate_size
+    d = H // max(config.num_attention_heads, 1)
+    relative = position_embedding_type(config) in RELATIVE_TYPES
     shapes: dict[str, tuple[int, ...]] = {
         "embeddings.word_embeddings.weight": (config.vocab_size, H),
         "embeddings.position_embeddings.weight": (config.max_position_embeddings, H),
@@ -28,9 +63,14 @@ def expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     }
     for i in range(config.num_hidden_layers):
         p = f"encoder.layer.{i}."
-        for name in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
-            shapes[p + name + ".weight"] = (H, H)
-            shapes[p + name + ".bias"] = (H,)
+        A = len(kept_heads(config, i)) * d  # all_head_size of this layer
+        for name in ("attention.self.query", "attention.self.key", "attention.self.value"):
+            shapes[p + name + ".weight"] = (A, H)
+            shapes[p + name + ".bias"] = (A,)
+        if relative:
+            shapes[p + "attention.self.distance_embedding.weight"] = (2 * config.max_position_embeddings - 1, d)
+        shapes[p + "attention.output.dense.weight"] = (H, A)
+        shapes[p + "attention.output.dense.bias"] = (H,)
         shapes[p + "intermediate.dense.weight"] = (I, H)
         shapes[p + "intermediate.dense.bias"] = (I,)
         shapes[p + "output.dense.weight"] = (H, I)
@@ -38,13 +78,14 @@ def expected_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
         for ln in ("attention.output.LayerNorm", "output.LayerNorm"):
             shapes[p + ln + ".weight"] = (H,)
             shapes[p + ln + ".bias"] = (H,)
-    shapes["pooler.dense.weight"] = (H, H)
-    shapes["pooler.dense.bias"] = (H,)
+    if pooler:
+        shapes["pooler.dense.weight"] = (H, H)
+        shapes["pooler.dense.bias"] = (H,)
     return shapes
 
 
 def check_config(config: BertConfig) -> None:
-    """Reject configurations the absolute-position BERT forward pass cannot run."""
+    """Reject configurations bertlib's forward pass cannot run, naming the field and the fix."""
     if not isinstance(config, BertConfig):
         raise TypeError(
             f"config must be a transformers.BertConfig, got {type(config).__name__}. "
@@ -56,36 +97,81 @@ def check_config(config: BertConfig) -> None:
             f"{config.num_attention_heads}: each head gets hidden_size / num_attention_heads dimensions. "
             "Choose a head count that divides the hidden size (e.g. 12 heads for 384 or 768)."
         )
-    pos_type = getattr(config, "position_embedding_type", "absolute")
-    if pos_type != "absolute":
-        raise ValueError(
-            f"position_embedding_type={pos_type!r} is not supported by bert_forward, which implements "
-            "absolute (learned) position embeddings as in the original BERT. Use a config with "
-            "position_embedding_type='absolute'."
-        )
+    pos_type = position_embedding_type(config)
+    if pos_type not in ("absolute", *RELATIVE_TYPES):
+        raise ValueError(f"position_embedding_type={pos_type!r} is not supported: use 'absolute' (BERT's learned "
+                         f"positions) or one of {RELATIVE_TYPES} (HF 4.x, chapter 13).")
+    if getattr(config, "add_cross_attention", False):
+        raise ValueError("config.add_cross_attention=True (an encoder-decoder's cross-attention) is not implemented "
+                         "by bertlib, which runs BERT's self-attention stack only. Use a config with "
+                         "add_cross_attention=False, or transformers.BertModel for a seq2seq decoder.")
 
 
-def check_state_dict(state_dict: Mapping[str, torch.Tensor], config: BertConfig) -> None:
-    """Every parameter ``bert_forward`` needs is present, a tensor, and of the shape ``config`` implies."""
-    shapes = expected_shapes(config)
+def _missing_summary(missing: list[str], config: BertConfig) -> str:
+    """The missing keys, short: a whole missing layer as one item, then at most six keys by name."""
+    items, rest = [], list(missing)
+    for i in range(config.num_hidden_layers):
+        mine = [k for k in rest if k.startswith(f"encoder.layer.{i}.")]
+        if len(mine) >= 16:
+            items.append(f"all of encoder.layer.{i}.* ({len(mine)} keys)")
+            rest = [k for k in rest if k not in mine]
+    items += rest[:6]
+    more = f" and {len(rest) - 6} more" if len(rest) > 6 else ""
+    return ", ".join(items) + more
+
+
+def check_state_dict(state_dict: Mapping[str, torch.Tensor], config: BertConfig, *,
+                     pooler: bool | None = None) -> None:
+    """Every parameter ``bert_forward`` needs is present, a tensor, and of the shape ``config`` implies.
+
+    ``pooler``: ``True`` requires the pooler's weights, ``False`` ignores them, ``None`` checks them when present.
+    Keys of other modules (``cls.*``, ``classifier.*``) are ignored. A state dict whose keys carry the ``bert.``
+    prefix of a ``BertFor...`` model gets one short error pointing at :func:`bertlib.split_bert_state_dict`.
+    """
+    if pooler is None:
+        pooler = any(k in state_dict for k in POOLER_KEYS)
+    shapes = expected_shapes(config, pooler=pooler)
     given = {k: tuple(v.shape) for k, v in state_dict.items() if k in shapes}  # reads no tensor twice
     missing = [k for k in shapes if k not in given]
-    if missing:
-        shown = ", ".join(missing)
-        hint = ""
-        if any(k.startswith("bert.") for k in state_dict):
-            hint = " The keys start with 'bert.': load it with bertlib.load_pretrained(), which strips the prefix."
+    if missing and any(k.startswith("bert.") for k in state_dict):
+        still = [k for k in missing if "bert." + k not in state_dict]
         raise ValueError(
-            f"state_dict is missing {len(missing)} parameter(s) of BertModel: {shown}.{hint} "
-            "Pass the state dict of a BertModel (e.g. bertlib.load_pretrained().state_dict) whose config "
+            "state_dict keys start with 'bert.' (the state dict of a BertFor... model, e.g. BertForMaskedLM): "
+            "strip the prefix and set the task head aside with encoder_sd, head_sd = "
+            "bertlib.split_bert_state_dict(state_dict)."
+            + (f" Even then it lacks {_missing_summary(still, config)}." if still else "")
+        )
+    if missing:
+        tables = any("distance_embedding" in k for k in missing)
+        raise ValueError(
+            f"state_dict is missing {len(missing)} parameter(s) of BertModel: {_missing_summary(missing, config)}. "
+            + ("Relative positions need one distance table per layer: add them with "
+               "bertlib.relative_position.add_distance_embeddings(state_dict, config). " if tables else "")
+            + "Pass the state dict of a BertModel (e.g. bertlib.load_pretrained().state_dict) whose config "
             "matches the one given."
         )
-    wrong = [f"{k}: {given[k]} (config implies {shape})" for k, shape in shapes.items() if given[k] != shape]
+    wrong = [k for k, shape in shapes.items() if given[k] != shape]
     if wrong:
-        raise ValueError(
-            "state_dict shapes do not match the config: " + "; ".join(wrong[:6])
-            + ". Use the config that was saved with these weights."
-        )
+        raise ValueError("state_dict shapes do not match the config: " + _wrong_summary(wrong, given, shapes, config))
+
+
+def _wrong_summary(wrong: list[str], given: dict, shapes: dict, config: BertConfig) -> str:
+    """Wrong shapes, short: a layer whose attention has another head count is one item (pruning), then at most
+    four keys with both shapes, then the fix."""
+    d = config.hidden_size // config.num_attention_heads
+    items, pruning = [], False
+    for i in range(config.num_hidden_layers):
+        q = f"encoder.layer.{i}.attention.self.query.weight"
+        if q in wrong:
+            pruning = True
+            items.append(f"layer {i}'s attention weights hold {given[q][0] // d} heads ({q}: {given[q]}), the config "
+                         f"implies {shapes[q][0] // d}")
+            wrong = [k for k in wrong if not (k.startswith(f"encoder.layer.{i}.attention.")
+                                              and (".self." in k or "output.dense.weight" in k))]
+    items += [f"{k}: {given[k]} (config implies {shapes[k]})" for k in wrong[:4]]
+    hint = (" Weights with fewer heads come from pruning: use the config that bertlib.head_pruning.prune() returned "
+            "(its pruned_heads records which heads are gone), or the config.json saved with them." if pruning else "")
+    return "; ".join(items) + ". Use the config that was saved with these weights." + hint
 
 
 def check_inputs(
@@ -93,8 +179,11 @@ def check_inputs(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None = None,
     token_type_ids: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
 ) -> None:
-    """Token ids, mask and segment ids are tensors of matching ``(batch, seq)`` shape and valid values."""
+    """Token ids, mask, segment ids and position ids are tensors of matching ``(batch, seq)`` shape (position ids
+    may also be ``(1, seq)`` or ``(seq,)``, shared by the batch, as in HF) and valid values. Reads each tensor's
+    min and max: a GPU→CPU copy, so :func:`bertlib.bert_forward` runs it once per call (none with ``check=False``)."""
     if not isinstance(input_ids, torch.Tensor):
         raise TypeError(
             f"input_ids must be a torch.Tensor of token ids, got {type(input_ids).__name__}. "
@@ -135,6 +224,22 @@ def check_inputs(
             )
     if attention_mask is not None and not bool(((attention_mask == 0) | (attention_mask == 1)).all()):
         raise ValueError("attention_mask must hold only 0 (padding) and 1 (real token).")
+    _check_ids(config, input_ids, token_type_ids, position_ids)
+
+
+def _check_ids(config: BertConfig, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+               position_ids: torch.Tensor | None) -> None:
+    if position_ids is not None:
+        if not isinstance(position_ids, torch.Tensor) or position_ids.is_floating_point():
+            raise TypeError("position_ids must be a torch.Tensor of integer positions (torch.long).")
+        seq = input_ids.shape[1]
+        if tuple(position_ids.shape) not in {(seq,), (1, seq), tuple(input_ids.shape)}:
+            raise ValueError(f"position_ids has shape {tuple(position_ids.shape)}; use (batch, seq) = "
+                             f"{tuple(input_ids.shape)}, (1, {seq}) or ({seq},).")
+        lo, hi = int(position_ids.min()), int(position_ids.max())
+        if lo < 0 or hi >= config.max_position_embeddings:
+            raise ValueError(f"position_ids must lie in [0, {config.max_position_embeddings}) "
+                             f"(max_position_embeddings), got min {lo}, max {hi}.")
     if token_type_ids is not None:
         if token_type_ids.is_floating_point():
             raise TypeError(f"token_type_ids must be integers, got dtype {token_type_ids.dtype}; call .long().")

@@ -1,11 +1,14 @@
 """A trainable classifier built from the same functions (chapter 8, *Pooler and classifier head*).
 
 Its ``state_dict()`` uses the parameter names of ``transformers.BertForSequenceClassification``
-(``bert.embeddings...``, ``classifier.weight``), so a fine-tuned model exports to Hugging Face unchanged.
+(``bert.embeddings...``, ``classifier.weight``), so a fine-tuned model exports to Hugging Face unchanged. As in
+Hugging Face (``nn.Embedding(..., padding_idx=pad_token_id)``), the ``[PAD]`` row of the word embeddings never
+receives a gradient.
 """
 
 from __future__ import annotations
 
+from collections import ChainMap
 from collections.abc import Mapping
 
 import torch
@@ -30,6 +33,35 @@ def _module_tree(state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
             module = module._modules[part]
         module.register_parameter(leaf, nn.Parameter(tensor.detach().clone()))
     return root
+
+
+#: The word-embedding table's name in a :func:`_module_tree` of ``BertModel`` keys.
+WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
+
+
+class _NoGradientAtRow(torch.autograd.Function):
+    """Identity forward; backward returns the gradient with row ``row`` set to 0."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, row: int) -> torch.Tensor:
+        ctx.row = row
+        return weight.view_as(weight)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.clone()
+        grad[ctx.row] = 0
+        return grad, None
+
+
+def padding_row_frozen(weight: torch.Tensor, pad_token_id: int | None) -> torch.Tensor:
+    """``weight`` (the word embeddings, ``(vocab, hidden)``) as it is, but with no gradient reaching row
+    ``pad_token_id``: what ``nn.Embedding(..., padding_idx=pad_token_id)`` does in Hugging Face's ``BertEmbeddings``.
+    Without it, a ``[PAD]`` token whose state reaches the loss (no attention mask, or a pad id inside a text) would
+    move the ``[PAD]`` embedding. Returns ``weight`` itself when no gradient is being recorded."""
+    if pad_token_id is None or not (weight.requires_grad and torch.is_grad_enabled()):
+        return weight
+    return _NoGradientAtRow.apply(weight, pad_token_id)
 
 
 class BertClassifier(nn.Module):
@@ -61,6 +93,7 @@ class BertClassifier(nn.Module):
         self.attn_implementation = attn_implementation
         self.fused = fused  # one-kernel LayerNorm/GELU (appendix 14): same math, faster
         self.bert = _module_tree(state_dict)
+        self._refresh_weights()
         some = next(iter(state_dict.values()))
         self.classifier = nn.Linear(config.hidden_size, num_labels, device=some.device, dtype=some.dtype)
         generator = torch.Generator().manual_seed(seed)  # HF's init: N(0, initializer_range), zero bias
@@ -75,13 +108,32 @@ class BertClassifier(nn.Module):
         p = getattr(self.config, "classifier_dropout", None)
         return self.config.hidden_dropout_prob if p is None else p
 
+    def _refresh_weights(self) -> None:
+        """The ``BertModel``-keyed dict that :func:`bert_forward` reads, built once; again only when the parameters
+        may have been replaced (``.to()``/``.half()``, ``load_state_dict(assign=True)``)."""
+        self._weights = dict(self.bert.named_parameters())
+
+    def _apply(self, fn, recurse=True):
+        result = super()._apply(fn, recurse)
+        self._refresh_weights()
+        return result
+
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True, assign: bool = False):
+        result = super().load_state_dict(state_dict, strict=strict, assign=assign)
+        self._refresh_weights()
+        return result
+
     def forward(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        out = bert_forward(dict(self.bert.named_parameters()), self.config, input_ids, attention_mask,
+        """``(batch, seq)`` ids (and masks) → ``(batch, num_labels)`` logits."""
+        words = padding_row_frozen(self._weights[WORD_EMBEDDINGS], getattr(self.config, "pad_token_id", None))
+        weights = self._weights if words is self._weights[WORD_EMBEDDINGS] else ChainMap({WORD_EMBEDDINGS: words},
+                                                                                           self._weights)
+        out = bert_forward(weights, self.config, input_ids, attention_mask,
                            token_type_ids, training=self.training, attn_implementation=self.attn_implementation,
                            fused=self.fused, output_hidden_states=False, output_attentions=False)
         pooled = F.dropout(out.pooler_output, self.dropout_prob, self.training)

@@ -1,4 +1,5 @@
-"""20 Newsgroups, online as scikit-learn fetches it, or offline from a local ``20news-bydate.tar.gz``.
+"""20 Newsgroups, online as scikit-learn fetches it, or offline from a local ``20news-bydate.tar.gz``; and the one
+padding collator of the book (:func:`pad_batch`).
 
 Offline, the archive fills scikit-learn's own cache (``<data_home>/20news-bydate_py3.pkz``, a zlib-compressed
 pickle of ``dict(train=load_files(...), test=load_files(...))``), so ``fetch_20newsgroups`` then works as usual.
@@ -13,9 +14,11 @@ import pickle
 import re
 import tarfile
 import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import torch
 from sklearn.datasets import fetch_20newsgroups, get_data_home, load_files
 from sklearn.utils import Bunch
 
@@ -27,6 +30,8 @@ ARCHIVE_ENV = "BERTLIB_20NG_ARCHIVE"
 SPLIT_SIZES = {"train": 11314, "test": 7532}
 CACHE_NAME = "20news-bydate_py3.pkz"  # scikit-learn's name for its cache file
 _FOLDERS = {"train": "20news-bydate-train", "test": "20news-bydate-test"}
+#: The value padding positions get, per key of a tokenized text (``input_ids``: the tokenizer's pad id).
+_PAD_VALUES = {"attention_mask": 0, "token_type_ids": 0}
 
 
 def build_cache(archive: str | os.PathLike, data_home: str | os.PathLike | None = None) -> Path:
@@ -137,3 +142,39 @@ def example_sentences(
                 return chosen
     raise ValueError(
         f"only {len(chosen)} posts have a first sentence of {min_words}-{max_words} words; relax the bounds.")
+
+
+def pad_batch(encodings: Sequence[Mapping[str, Sequence[int]] | Sequence[int]], pad_token_id: int,
+              padding_side: str = "right") -> dict[str, torch.Tensor]:
+    """One padded batch from texts of different lengths: what ``transformers``' collate functions build
+    (the pipeline's ``pad_collate_fn``, ``DataCollatorWithPadding``).
+
+    ``encodings``: one per text, either a mapping (``input_ids`` and any of ``token_type_ids``,
+    ``attention_mask``, lists of ints of that text's length, as a tokenizer returns for one text) or a plain list of
+    token ids (then ``attention_mask`` is 1 and ``token_type_ids`` 0 on every id: one segment). Returns
+    ``(batch, seq)`` long tensors, ``seq`` the longest length: ``input_ids`` padded with ``pad_token_id``, the others
+    with 0, on ``padding_side``. Used by chapter 9 (fine-tuning batches) and chapter 10, *What pipeline does*.
+    """
+    if not encodings:
+        raise ValueError("no encodings to pad.")
+    if padding_side not in ("right", "left"):
+        raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}.")
+    if not isinstance(encodings[0], Mapping):
+        encodings = [{"input_ids": ids, "attention_mask": [1] * len(ids), "token_type_ids": [0] * len(ids)}
+                     for ids in encodings]
+    keys = set(encodings[0])
+    if "input_ids" not in keys or any(not isinstance(e, Mapping) or set(e) != keys for e in encodings):
+        raise ValueError("every encoding needs the same keys, input_ids among them.")
+    width = max(len(e["input_ids"]) for e in encodings)
+    batch = {}
+    for key in sorted(keys):
+        fill = pad_token_id if key == "input_ids" else _PAD_VALUES.get(key, 0)
+        out = torch.full((len(encodings), width), fill, dtype=torch.long)
+        for row, e in enumerate(encodings):
+            values = torch.as_tensor(list(e[key]), dtype=torch.long)
+            if padding_side == "right":
+                out[row, :len(values)] = values
+            else:
+                out[row, width - len(values):] = values
+        batch[key] = out
+    return batch

@@ -6,16 +6,21 @@ Chapter 9, *Fine-tuning on 20 Newsgroups*, calls :func:`train` directly; the com
     python -m bertlib.finetune --profile full --out runs/full              # GPU: all data, 512 tokens, 4 epochs
     python -m bertlib.finetune --profile full --out runs/full-nohdr --remove-headers
 
-What it does: AdamW (no weight decay on biases and LayerNorm weights; Loshchilov & Hutter, 2019), a linear
-warm-up then linear decay of the learning rate, gradient clipping, dropout (train mode), bf16 autocast on CUDA,
-length-bucketed batches, head+tail truncation of long posts (Sun et al., 2019), a stratified validation split
-held out of the training posts, evaluation after every epoch, and the best epoch's weights kept.
+What it does: AdamW with no weight decay on biases and LayerNorm weights, a linear warm-up then linear decay of the
+learning rate (both from :mod:`bertlib.optimization`, shared with pre-training), gradient clipping, dropout (train
+mode), bf16 autocast on CUDA, length-bucketed batches, head+tail truncation of long posts (Sun et al., 2019), a
+stratified validation split held out of the training posts, evaluation after every epoch, and the best epoch's
+weights kept. The pieces, in the order a run uses them: :class:`FinetuneConfig` (every setting, once; the command
+line is generated from it), :func:`load_data`, :func:`encode`, :func:`make_optimizer`, :func:`epoch_batches`,
+:func:`train_step`, :func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` / :func:`load_checkpoint`.
 
 Writes ``OUT/metrics.json``, ``OUT/model.safetensors`` (the best weights, ``BertForSequenceClassification``
 names), ``OUT/hf/`` (the model in Hugging Face format, see :func:`bertlib.export.export_hf`) and
-``OUT/checkpoint.pt``. **Resuming**: a run interrupted for any reason continues from ``OUT/checkpoint.pt`` when
+``OUT/checkpoint.safetensors``. **Resuming**: a run interrupted for any reason continues from the checkpoint when
 started again with the same ``--out``; the data order is a pure function of ``(seed, epoch)`` and the random
 states are restored, so the resumed run ends with the same metrics as an uninterrupted one (bit for bit on CPU).
+The checkpoint holds tensors and JSON only (:mod:`bertlib.checkpoint`): resuming never unpickles, so it cannot run
+code from the file; a pickled ``checkpoint.pt`` of an older version is refused.
 
 **More than one GPU**: the same command runs under an existing launcher, ``torchrun`` or ``accelerate launch``
 (they set ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``)::
@@ -30,7 +35,7 @@ exactly the gradient of the global batch's mean loss, even for a short last batc
 one with weight 0). ``batch_size`` must be a multiple of the number of processes. Evaluation runs whole
 length-sorted batches round-robin over the ranks and gathers the logits on every rank (each batch is the one a
 single process runs). Only rank 0 writes ``metrics.json``, the checkpoints, the best weights and ``hf/``; every rank
-reads ``OUT/checkpoint.pt`` to resume, so ``OUT`` must be visible to all of them (always so on one machine). Rank 0
+reads the checkpoint to resume, so ``OUT`` must be visible to all of them (always so on one machine). Rank 0
 draws the dropout masks a single process would; the other ranks draw their own, so with dropout on a DDP run
 matches a single-process one only statistically. With dropout off (``--dropout 0``) it matches up to the order of
 float reductions (``tests/test_ddp.py``, two CPU processes: see :data:`DDP_TOLERANCE`).
@@ -39,40 +44,34 @@ float reductions (``tests/test_ddp.py``, two CPU processes: see :data:`DDP_TOLER
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import os
 import platform
-import random
 import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import checkpoint, optimization
 from .classifier import BertClassifier
-from .data import load_20newsgroups
+from .data import load_20newsgroups, pad_batch
+from .optimization import adamw, optimizer_step, schedule, warmup_steps
 from .pretrained import Pretrained, load_pretrained
 from .runtime import default_seed, get_device, progress_enabled, set_seed
 
+#: The learning-rate multiplier written out (:func:`bertlib.optimization.linear_schedule`), for chapter 9.
+linear_schedule = optimization.linear_schedule
+
 #: What ``--remove-headers`` removes: scikit-learn's ``remove=`` argument.
 REMOVE = ("headers", "footers", "quotes")
-
-#: The two profiles. ``quick``: CPU in CI, a stratified subset, short sequences, one epoch. ``full``: a GPU, all
-#: 11,314 training posts (10% held out for validation), all 7,532 test posts, 512 tokens, 4 epochs.
-PROFILES: dict[str, dict] = {
-    # quick = chapter 9's CPU setting, where its notebook asserts fine-tuning beats every frozen feature. Measured
-    # on 1,000/500 posts instead (2 cores): 3 epochs 0.630 as distributed / 0.550 without headers, 6 epochs 0.630 /
-    # 0.612, against frozen mean-pooled features 0.632 / 0.590: with more posts the frozen probe catches up.
-    "quick": dict(train_size=300, test_size=200, max_length=128, epochs=6, batch_size=16, lr=2e-4, head_lr=2e-3,
-                  checkpoint_every=50),
-    "full": dict(train_size=None, test_size=None, max_length=512, epochs=4, batch_size=32, lr=1e-4, head_lr=1e-3,
-                 checkpoint_every=200),
-}
 
 #: How close a DDP run with dropout off comes to the single-process run of the same settings, float32 on CPU: each
 #: global batch's gradient is summed in another order (per shard, then across ranks) and each shard is padded to
@@ -84,59 +83,111 @@ PROFILES: dict[str, dict] = {
 #: bf16 autocast makes every difference larger.
 DDP_TOLERANCE = {"loss": 5e-6, "logits": 1e-6, "weights": 5e-5, "update_rel": 1e-3}
 
-CHECKPOINT = "checkpoint.pt"
+CHECKPOINT = "checkpoint.safetensors"
+LEGACY_CHECKPOINT = "checkpoint.pt"  # a pickle, written before 2026-11: refused, never loaded
 BEST = "model.safetensors"
 METRICS = "metrics.json"
 
 
+def _arg(help: str, default=dataclasses.MISSING, **kwargs):
+    """A :class:`FinetuneConfig` field with its ``--help`` text (``transformers.HfArgumentParser`` reads it)."""
+    return field(default=default, metadata={"help": help}, **kwargs)
+
+
 @dataclass
 class FinetuneConfig:
-    """Everything that defines a run; :func:`profile_config` fills it from a profile, overrides win."""
+    """Every setting of a run, each defined once. The defaults are the ``quick`` profile; :data:`PROFILES` holds
+    what the ``full`` profile changes. The command line (``python -m bertlib.finetune --help``) is generated from
+    these fields by ``transformers.HfArgumentParser``: ``--max-length 256`` sets ``max_length``."""
 
-    profile: str = "quick"
-    remove_headers: bool = False
-    seed: int = field(default_factory=default_seed)  # $BERTLIB_SEED, else 0
-    data_seed: int = field(default_factory=default_seed)  # the subset and validation split; --data-seed fixes it
-    train_size: int | None = 1000  # posts drawn (stratified) from the training split; None = all 11,314
-    val_fraction: float = 0.1  # of those, held out (stratified) for validation
-    test_size: int | None = 500  # posts drawn (stratified) from the test split; None = all 7,532
-    max_length: int = 128
-    truncation: str = "head_tail"  # or "head"
-    epochs: int = 1
-    max_steps: int | None = None  # stop (and evaluate) after this many optimizer steps in all
-    batch_size: int = 16  # the global batch: under DDP split over the processes (a multiple of their number)
-    eval_batch_size: int = 64
-    lr: float = 1e-4  # the encoder's peak learning rate
-    head_lr: float | None = None  # the new classifier layer's (None: same as lr)
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    max_grad_norm: float = 1.0
-    bucket_batches: int = 50  # batches per length bucket: shuffle, sort a bucket by length, cut, shuffle batches
-    checkpoint_every: int = 25  # optimizer steps between checkpoints (and one at every epoch's end)
-    attn: str = "sdpa"  # bertlib's attention: "sdpa" (fused) or "eager"
-    dropout: float | None = None  # None: the model's own (hidden, attention and classifier dropout); 0: none
-    model: str | None = None  # None: $BERTLIB_MODEL or the embedded all-MiniLM-L6-v2
-    device: str | None = None  # None: bertlib.get_device()
+    profile: Literal["quick", "full"] = _arg("quick: CPU, a stratified subset, 128 tokens, 6 epochs; full: a GPU, "
+                                             "all data, 512 tokens, 4 epochs (unset: $BERTLIB_PROFILE, else full on "
+                                             "CUDA and quick on CPU)", "quick")
+    remove_headers: bool = _arg("remove headers, signatures and quoted replies (remove=REMOVE)", False)
+    seed: int = _arg("training seed: head initialisation, dropout, data order ($BERTLIB_SEED, else 0)",
+                     default_factory=default_seed)
+    data_seed: int = _arg("seed of the data subsets and the validation split ($BERTLIB_SEED, else 0)",
+                          default_factory=default_seed)
+    train_size: int | None = _arg("posts drawn (stratified) from the training split; none: all 11,314", 300)
+    val_fraction: float = _arg("share of those held out (stratified) for validation", 0.1)
+    test_size: int | None = _arg("posts drawn (stratified) from the test split; none: all 7,532", 200)
+    max_length: int = _arg("tokens per post, [CLS] and [SEP] included", 128)
+    truncation: Literal["head", "head_tail"] = _arg("long posts: the first tokens only, or head+tail (Sun et al. "
+                                                    "2019)", "head_tail")
+    epochs: int = _arg("passes over the training posts", 6)
+    max_steps: int | None = _arg("stop (and evaluate) after this many optimizer steps in all", None)
+    batch_size: int = _arg("the global batch; under DDP split over the processes (a multiple of their number)", 16)
+    eval_batch_size: int = _arg("batch size of evaluation", 64)
+    lr: float = _arg("the encoder's peak learning rate", 2e-4)
+    head_lr: float | None = _arg("the new classifier layer's peak learning rate (None: lr)", 2e-3)
+    weight_decay: float = _arg("AdamW weight decay, on all but biases and LayerNorm weights", 0.01)
+    warmup_ratio: float = _arg("share of the steps over which the learning rate rises from 0", 0.1)
+    max_grad_norm: float = _arg("clip the gradient's global norm to this", 1.0)
+    bucket_batches: int = _arg("batches per length bucket (shuffle, sort a bucket by length, cut, shuffle)", 50)
+    checkpoint_every: int = _arg("optimizer steps between checkpoints (and one at every epoch's end)", 50)
+    attn: Literal["sdpa", "eager"] = _arg("bertlib's attention: sdpa (fused) or eager", "sdpa")
+    dropout: float | None = _arg("hidden, attention and classifier dropout (None: the model's own; 0 turns it "
+                                 "off, which makes a torchrun run match a single-process one)", None)
+    model: str | None = _arg("local directory or Hub id (None: $BERTLIB_MODEL, else all-MiniLM-L6-v2)", None)
+    device: str | None = _arg("cpu or cuda (None: bertlib.get_device())", None)
+
+    def __post_init__(self) -> None:
+        checks = [(self.profile in PROFILES, f"profile must be one of {sorted(PROFILES)}, got {self.profile!r}."),
+                  (self.truncation in ("head", "head_tail"),
+                   f"truncation must be 'head' or 'head_tail', got {self.truncation!r}."),
+                  (self.max_length >= 8, f"max_length must be at least 8 tokens, got {self.max_length}."),
+                  (self.dropout is None or 0.0 <= self.dropout < 1.0,
+                   f"dropout must be in [0, 1), got {self.dropout}."),
+                  (self.attn in ("sdpa", "eager"), f"attn must be 'sdpa' or 'eager', got {self.attn!r}."),
+                  (self.batch_size >= 1 and self.epochs >= 1, "batch_size and epochs must be at least 1."),
+                  (0.0 <= self.warmup_ratio <= 1.0, f"warmup_ratio must lie in [0, 1], got {self.warmup_ratio}.")]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
+#: What each profile changes from :class:`FinetuneConfig`'s defaults (which are ``quick``: CPU in CI, a stratified
+#: subset, short sequences). ``full``: a GPU, all 11,314 training posts (10% held out for validation), all 7,532 test
+#: posts, 512 tokens, 4 epochs. quick is chapter 9's CPU setting; measured on 1,000/500 posts instead (2 cores):
+#: 3 epochs 0.630 as distributed / 0.550 without headers, 6 epochs 0.630 / 0.612, against frozen mean-pooled
+#: features 0.632 / 0.590: with more posts the frozen probe catches up.
+PROFILES: dict[str, dict] = {
+    "quick": {},
+    "full": dict(train_size=None, test_size=None, max_length=512, epochs=4, batch_size=32, lr=1e-4, head_lr=1e-3,
+                 checkpoint_every=200),
+}
+
+#: Settings that may differ between a checkpoint and the run resuming it; every other one must agree. (So may the
+#: number of DDP processes, since the global batches do not depend on it.)
+MAY_CHANGE_ON_RESUME = ("checkpoint_every", "eval_batch_size", "device")
+
+
 def profile_config(profile: str = "quick", **overrides) -> FinetuneConfig:
     """The :class:`FinetuneConfig` of ``profile`` (``"quick"`` or ``"full"``) with ``overrides`` applied
-    (``None`` values are ignored, so argparse defaults pass through)."""
+    (``None`` values are ignored, so unset options pass through). Bad values raise ``ValueError``."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}.")
-    values = dict(PROFILES[profile], profile=profile)
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    cfg = FinetuneConfig(**values)
-    if cfg.truncation not in ("head", "head_tail"):
-        raise ValueError(f"truncation must be 'head' or 'head_tail', got {cfg.truncation!r}.")
-    if cfg.max_length < 8:
-        raise ValueError(f"max_length must be at least 8 tokens, got {cfg.max_length}.")
-    if cfg.dropout is not None and not 0.0 <= cfg.dropout < 1.0:
-        raise ValueError(f"dropout must be in [0, 1), got {cfg.dropout}.")
-    return cfg
+    values = {**PROFILES[profile], "profile": profile, **{k: v for k, v in overrides.items() if v is not None}}
+    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(FinetuneConfig)})
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown}; see python -m bertlib.finetune --help.")
+    return FinetuneConfig(**values)
+
+
+@dataclass
+class CommandArgs:
+    """The command's options that are not settings of the run."""
+
+    out: str = _arg("output directory; an existing checkpoint there is resumed")
+    archive: str | None = _arg("20news-bydate.tar.gz (None: $BERTLIB_20NG_ARCHIVE)", None)
+    stop_after_steps: int | None = _arg("simulate an interruption: write the checkpoint and exit after N optimizer "
+                                        "steps", None)
+    no_export: bool = _arg("skip writing OUT/hf/", False)
+    all_data: bool = _arg("every training and test post (train_size = test_size = none)", False)
+
 
 
 # ----------------------------------------------------------------------------------------------------- data
@@ -283,15 +334,12 @@ def rank_share(batch: np.ndarray, rank: int, world_size: int) -> tuple[np.ndarra
     return mine, world_size / len(batch)
 
 
-def collate(seqs: list[list[int]], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """Pad to the longest sequence; on CUDA through pinned memory with a non-blocking copy."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for row, s in enumerate(seqs):
-        ids[row, :len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[row, :len(s)] = 1
-    batch = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+def collate(seqs: list[list[int]], pad_id: int, device: torch.device | str) -> dict[str, torch.Tensor]:
+    """Token-id lists → the padded ``(batch, seq)`` batch of :func:`bertlib.data.pad_batch` (``input_ids``,
+    ``attention_mask``, ``token_type_ids``) on ``device``; on CUDA through pinned memory with a non-blocking copy."""
+    device = torch.device(device)
+    batch = pad_batch(seqs, pad_id)
     if device.type == "cuda":
         return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
     return {k: v.to(device) for k, v in batch.items()}
@@ -345,57 +393,266 @@ def scores(labels: np.ndarray, pred: np.ndarray, label_names: list[str]) -> dict
             "per_class_f1": {name: float(f) for name, f in zip(label_names, per_class, strict=True)}}
 
 
+
+
+def evaluate(model: BertClassifier, seqs: list[list[int]], labels: np.ndarray, label_names: list[str], pad_id: int,
+             batch_size: int = 64, device: torch.device | str | None = None, *, rank: int = 0,
+             world_size: int = 1) -> tuple[dict, torch.Tensor]:
+    """:func:`scores` of the model's predictions on ``seqs`` plus their mean cross-entropy (``"loss"``), and the
+    ``(n, num_labels)`` logits (:func:`predict_logits`; under DDP every rank calls it and gets everything)."""
+    logits = predict_logits(model, seqs, pad_id, batch_size, device, rank=rank, world_size=world_size)
+    result = scores(labels, logits.argmax(-1).numpy(), label_names)
+    result["loss"] = F.cross_entropy(logits, torch.as_tensor(labels, dtype=torch.long)).item()
+    return result, logits
+
+
 # ------------------------------------------------------------------------------------------------- training
 
 
-def param_groups(model: BertClassifier, cfg: FinetuneConfig) -> list[dict]:
-    """AdamW groups: weight decay on weight matrices only (not on biases and LayerNorm weights, as in BERT),
-    and the new classifier layer at ``cfg.head_lr``."""
-    groups: dict[tuple[bool, bool], list] = {}
-    for name, p in model.named_parameters():
-        head = name.startswith("classifier.")
-        decay = not (name.endswith(".bias") or "LayerNorm" in name)
-        groups.setdefault((head, decay), []).append(p)
-    head_lr = cfg.head_lr if cfg.head_lr is not None else cfg.lr
-    return [{"params": ps, "weight_decay": cfg.weight_decay if decay else 0.0, "lr": head_lr if head else cfg.lr}
-            for (head, decay), ps in sorted(groups.items())]
+def build_model(cfg: FinetuneConfig, pretrained: Pretrained, num_labels: int, device: torch.device) -> BertClassifier:
+    """:class:`~bertlib.BertClassifier` on the pretrained weights (float32, on ``device``), its new layer initialised
+    from ``cfg.seed``. With ``cfg.dropout`` set, the model trains with a copy of the config carrying that dropout;
+    ``pretrained.config`` keeps the model's own values (those are exported)."""
+    config = pretrained.config
+    if cfg.dropout is not None:
+        config = copy.deepcopy(config)
+        config.hidden_dropout_prob = config.attention_probs_dropout_prob = cfg.dropout
+        config.classifier_dropout = cfg.dropout
+    state_dict = {k: v.to(device=device, dtype=torch.float32) for k, v in pretrained.state_dict.items()}
+    return BertClassifier(state_dict, config, num_labels, seed=cfg.seed, attn_implementation=cfg.attn).to(device)
 
 
-def linear_schedule(warmup: int, total: int):
-    """The learning-rate multiplier at step ``s``: ``s / warmup`` rising to 1, then falling linearly to 0."""
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)  # never exactly 0: the first step already learns a little
-        return max(0.0, (total - step) / max(1, total - warmup))
-    return factor
+def make_optimizer(model: BertClassifier, cfg: FinetuneConfig) -> torch.optim.AdamW:
+    """AdamW (:func:`bertlib.optimization.adamw`): ``cfg.weight_decay`` on all but biases and LayerNorm weights,
+    the encoder at ``cfg.lr``, the new ``classifier.*`` layer at ``cfg.head_lr``."""
+    return adamw(model, cfg.lr, cfg.weight_decay, head_prefix="classifier.", head_lr=cfg.head_lr)
 
 
-def _rng_state(local: torch.device | None = None) -> dict:
-    """The random states; ``local``: under DDP on CUDA, this rank's GPU, the only one whose state it keeps."""
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if local is not None:
-        state["cuda_local"] = torch.cuda.get_rng_state(local)
-    elif torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+def make_scheduler(optimizer: torch.optim.Optimizer, cfg: FinetuneConfig, total_steps: int):
+    """Linear warm-up over ``ceil(cfg.warmup_ratio * total_steps)`` steps, then linear decay to 0
+    (``transformers.get_linear_schedule_with_warmup``)."""
+    return schedule(optimizer, total_steps, cfg.warmup_ratio)
 
 
-def _set_rng_state(state: dict, local: torch.device | None = None) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    if local is not None:
-        if "cuda_local" in state:
-            torch.cuda.set_rng_state(state["cuda_local"], local)
-        elif "cuda" in state and local.index < len(state["cuda"]):
-            torch.cuda.set_rng_state(state["cuda"][local.index], local)
-    elif "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def train_step(model: torch.nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor,
+               optimizer: torch.optim.Optimizer, scheduler=None, *, max_grad_norm: float | None = 1.0,
+               loss_weight: float | None = None) -> torch.Tensor:
+    """One optimiser step: forward in train mode (bf16 autocast on CUDA) → cross-entropy → backward → clip the
+    gradient norm → AdamW step → schedule step → zero the gradients (:func:`bertlib.optimization.optimizer_step`).
+
+    ``batch``: :func:`collate`'s ``(batch, seq)`` tensors; ``labels``: ``(batch,)`` class indices. The loss is the
+    batch's mean cross-entropy, or with ``loss_weight`` (a DDP rank's share, :func:`rank_share`) its *summed*
+    cross-entropy times ``loss_weight``. ``model`` may be wrapped in ``DistributedDataParallel``. Returns the loss
+    (detached). Defined in chapter 9, *Fine-tuning on 20 Newsgroups*, which writes the same step out by hand."""
+    with _autocast(labels.device):
+        logits = model(**batch)
+    if loss_weight is None:
+        loss = F.cross_entropy(logits.float(), labels)
+    else:
+        loss = F.cross_entropy(logits.float(), labels, reduction="sum") * loss_weight
+    loss.backward()
+    optimizer_step(model.parameters(), optimizer, scheduler, max_grad_norm)
+    return loss.detach()
+
+
+@dataclass
+class TrainState:
+    """Where a run stands: saved (as JSON) in every checkpoint, restored on resume."""
+
+    step: int = 0  # optimizer steps taken
+    epoch: int = 0  # epochs completed
+    batch: int = 0  # batches of the current epoch already trained
+    loss_sum: float = 0.0  # this epoch's summed step losses ...
+    loss_batches: int = 0  # ... over this many steps
+    tokens: int = 0
+    train_time: float = 0.0
+    wall_time: float = 0.0  # every segment of a resumed run
+    history: list[dict] = field(default_factory=list)  # one entry per epoch
+    loss_curve: list[float] = field(default_factory=list)  # every step's loss (the global batch's mean)
+    best_val_accuracy: float = -1.0
+    best_epoch: int | None = None
+    finished: bool = False
+    segments: int = 0  # calls of train() that worked on this run
+    examples_per_rank: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    """What one call of :func:`train` works with."""
+
+    cfg: FinetuneConfig
+    out: Path
+    device: torch.device
+    ddp: Distributed
+    pretrained: Pretrained
+    data: NewsData
+    seqs: dict[str, list[list[int]]]  # "train", "val", "test": token ids of every post
+    model: BertClassifier
+    net: torch.nn.Module  # what the training step calls: the model, or its DistributedDataParallel wrapper
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    steps_per_epoch: int
+    total_steps: int
+    t_call: float
+    say: object = print
+    state: TrainState = field(default_factory=TrainState)
+    wall_before: float = 0.0  # wall time of earlier segments
+    seen: int = 0  # training posts this rank has run through the model
+    bar: object = None
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([len(s) for s in self.seqs["train"]])
+
+    @property
+    def local(self) -> torch.device | None:
+        """Under DDP on CUDA, this rank's GPU (the only one whose random state it keeps)."""
+        return self.device if self.ddp.enabled and self.device.type == "cuda" else None
+
+    def elapsed(self) -> float:
+        return self.wall_before + time.perf_counter() - self.t_call
+
+
+def train_epoch(run: Run, stop_after_steps: int | None = None) -> bool:
+    """The rest of the current epoch (from ``run.state.batch``), a checkpoint every ``cfg.checkpoint_every``
+    steps. Returns True when it stopped at ``stop_after_steps`` (a simulated interruption, checkpoint written)."""
+    cfg, st, ddp = run.cfg, run.state, run.ddp
+    lengths = run.lengths
+    batches = epoch_batches(lengths, cfg.batch_size, cfg.seed, st.epoch, cfg.bucket_batches)
+    t0 = time.perf_counter()
+    while st.batch < len(batches) and st.step < run.total_steps:
+        idx = batches[st.batch]
+        # under DDP: this rank's contiguous share, its summed loss weighted by world/len(idx)
+        mine, weight = rank_share(idx, ddp.rank, ddp.world_size) if ddp.enabled else (idx, None)
+        batch = collate([run.seqs["train"][i] for i in mine], run.pretrained.tokenizer.pad_token_id, run.device)
+        labels = torch.as_tensor(run.data.train.labels[mine], dtype=torch.long).to(run.device, non_blocking=True)
+        loss = train_step(run.net, batch, labels, run.optimizer, run.scheduler, max_grad_norm=cfg.max_grad_norm,
+                          loss_weight=weight)
+        _record_step(run, loss, len(mine) if weight != 0.0 else 0, int(lengths[idx].sum()))
+        stop = stop_after_steps is not None and st.step >= stop_after_steps
+        if st.step % cfg.checkpoint_every == 0 or stop:
+            st.train_time += time.perf_counter() - t0
+            _checkpoint(run)
+            t0 = time.perf_counter()  # writing checkpoints is not training time
+        if stop:
+            return True
+    st.train_time += time.perf_counter() - t0
+    return False
+
+
+def _record_step(run: Run, loss: torch.Tensor, posts: int, tokens: int) -> None:
+    """Log one step: its loss (under DDP the global batch's mean, as a single process logs it), posts, tokens."""
+    st = run.state
+    if run.ddp.enabled:  # every rank's loss is its summed loss × world/n: the sum over ranks / world is the mean
+        import torch.distributed as dist
+
+        total = loss.reshape(1).clone()
+        dist.all_reduce(total)
+        step_loss = total.item() / run.ddp.world_size
+    else:
+        step_loss = loss.item()
+    run.seen += posts
+    st.loss_sum += step_loss
+    st.loss_curve.append(step_loss)
+    st.loss_batches += 1
+    st.tokens += tokens
+    st.step += 1
+    st.batch += 1
+    if run.bar is not None:
+        run.bar.update(1)
+        if st.step % 10 == 0:
+            run.bar.set_postfix(loss=f"{st.loss_sum / st.loss_batches:.3f}")
+
+
+def end_epoch(run: Run) -> None:
+    """After an epoch (or ``max_steps``): validate, record the epoch, keep the best weights, write a checkpoint."""
+    cfg, st, ddp = run.cfg, run.state, run.ddp
+    val, _ = evaluate(run.model, run.seqs["val"], run.data.val.labels, run.data.label_names,
+                      run.pretrained.tokenizer.pad_token_id, cfg.eval_batch_size, run.device, rank=ddp.rank,
+                      world_size=ddp.world_size)
+    entry = {"epoch": st.epoch + 1, "step": st.step, "train_loss": st.loss_sum / max(1, st.loss_batches),
+             "val_loss": val["loss"], "val_accuracy": val["accuracy"], "val_macro_f1": val["macro_f1"],
+             "lr": run.scheduler.get_last_lr()[0], "train_time_s": st.train_time}
+    st.history.append(entry)
+    if val["accuracy"] > st.best_val_accuracy:
+        st.best_val_accuracy, st.best_epoch = val["accuracy"], entry["epoch"]
+        if ddp.main:
+            _save_best(run.model, run.out / BEST, {"epoch": entry["epoch"], "val_accuracy": val["accuracy"]})
+    run.say(f"[finetune] epoch {entry['epoch']}/{cfg.epochs} step {st.step}/{run.total_steps} "
+            f"train_loss {entry['train_loss']:.4f} val_loss {val['loss']:.4f} val_acc {val['accuracy']:.4f} "
+            f"val_macro_f1 {val['macro_f1']:.4f} {st.train_time:.0f}s "
+            f"{st.tokens / max(st.train_time, 1e-9):,.0f} tok/s")
+    st.epoch += 1
+    st.batch, st.loss_sum, st.loss_batches = 0, 0.0, 0
+    st.finished = st.epoch >= cfg.epochs or st.step >= run.total_steps
+    _checkpoint(run)
 
 
 def _rank_seed(seed: int, rank: int, *salt: int) -> int:
     """The torch seed of DDP rank ``rank > 0`` (rank 0 keeps ``seed``): its own dropout masks."""
     return int(np.random.SeedSequence([seed, rank, *salt]).generate_state(1)[0])
+
+
+# ------------------------------------------------------------------------------------------------ checkpoints
+
+
+def save_checkpoint(path: Path, *, model: BertClassifier, optimizer: torch.optim.Optimizer, scheduler,
+                    state: TrainState, cfg: FinetuneConfig, rng_ranks: list[dict]) -> None:
+    """Everything a resume needs, in one safetensors file (:func:`bertlib.checkpoint.save`): the weights, the
+    optimiser's moments and hyper-parameters, the schedule, the :class:`TrainState`, the settings, and every
+    rank's random states. Nothing in it is a pickle."""
+    checkpoint.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                     "scheduler": scheduler.state_dict(), "state": dataclasses.asdict(state),
+                     "config": cfg.to_dict(), "rng_ranks": rng_ranks, "world_size": len(rng_ranks)}, path)
+
+
+def load_checkpoint(path: Path) -> dict:
+    """What :func:`save_checkpoint` wrote, read without unpickling (a file that is not one is refused with a
+    ``ValueError``). A pickled ``checkpoint.pt`` of an older bertlib beside it is refused too, never read."""
+    legacy = Path(path).with_name(LEGACY_CHECKPOINT)
+    if legacy.exists():
+        raise ValueError(f"{legacy} is a pickled checkpoint (older bertlib). It is not loaded: unpickling a file can "
+                         "run code. Delete it (or use another --out) to start afresh.")
+    return checkpoint.load(path)
+
+
+def _checkpoint(run: Run) -> None:
+    """Every rank calls it (its random state is gathered); rank 0 writes."""
+    run.state.wall_time = run.elapsed()
+    gathered = run.ddp.all_gather((checkpoint.rng_state(run.local), run.seen))
+    run.state.examples_per_rank = [n for _, n in gathered]
+    if run.ddp.main:
+        save_checkpoint(run.out / CHECKPOINT, model=run.model, optimizer=run.optimizer, scheduler=run.scheduler,
+                        state=run.state, cfg=run.cfg, rng_ranks=[state for state, _ in gathered])
+
+
+def _resume(run: Run, ckpt: dict) -> None:
+    """Continue from ``ckpt``: weights, optimiser, schedule, state and this rank's random states."""
+    cfg, ddp = run.cfg, run.ddp
+    saved, now = ckpt["config"], cfg.to_dict()
+    clash = {k: (saved.get(k), v) for k, v in now.items() if k not in MAY_CHANGE_ON_RESUME and saved.get(k) != v}
+    if clash:
+        raise ValueError(
+            f"{run.out / CHECKPOINT} was written by a run with other settings ({clash}, as (saved, now)). Use "
+            "another --out directory, or delete the checkpoint to start afresh.")
+    run.model.load_state_dict(ckpt["model"], strict=True)
+    run.optimizer.load_state_dict(ckpt["optimizer"])
+    run.scheduler.load_state_dict(ckpt["scheduler"])
+    run.state = TrainState(**ckpt["state"])
+    states = ckpt["rng_ranks"]
+    if len(states) == ddp.world_size:
+        checkpoint.set_rng_state(states[ddp.rank], run.local)
+    else:  # another number of processes: same global batches, but ranks > 0 draw fresh dropout masks
+        checkpoint.set_rng_state(states[0], run.local)
+        if ddp.rank > 0:
+            torch.manual_seed(_rank_seed(cfg.seed, ddp.rank, run.state.step))
+        run.say(f"[finetune] the checkpoint was written by {len(states)} process(es), this run has "
+                f"{ddp.world_size}: training goes on from the same state, with other dropout masks than an "
+                "uninterrupted run")
+    if len(run.state.examples_per_rank) != ddp.world_size:
+        run.state.examples_per_rank = [0] * ddp.world_size  # counted from here on
+    run.say(f"[finetune] resuming from {run.out / CHECKPOINT}: step {run.state.step}/{run.total_steps}, epoch "
+            f"{run.state.epoch + 1}, batch {run.state.batch}/{run.steps_per_epoch}")
 
 
 # --------------------------------------------------------------------------------------- distributed (DDP)
@@ -482,11 +739,6 @@ def init_distributed(device: torch.device) -> Distributed:
     return Distributed(dist.get_rank(), dist.get_world_size(), local, backend, owned=True)
 
 
-def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    tmp.replace(path)
-
 
 def _save_best(model: BertClassifier, path: Path, meta: dict) -> None:
     from safetensors.torch import save_file
@@ -501,13 +753,6 @@ def _load_best(model: BertClassifier, path: Path) -> None:
     from safetensors.torch import load_file
 
     model.load_state_dict(load_file(str(path)), strict=True)
-
-
-#: Settings that must agree for a checkpoint to be resumed (the others, like checkpoint_every, may change; so may
-#: the number of DDP processes, since the global batches do not depend on it).
-_RESUME_KEYS = ("profile", "remove_headers", "seed", "data_seed", "train_size", "val_fraction", "test_size",
-                "max_length", "truncation", "epochs", "max_steps", "batch_size", "lr", "head_lr", "weight_decay",
-                "warmup_ratio", "max_grad_norm", "bucket_batches", "attn", "model", "dropout")
 
 
 def _hardware(device: torch.device, world_size: int = 1) -> str:
@@ -544,6 +789,7 @@ class FinetuneResult:
     history: list[dict] = field(default_factory=list)
 
 
+
 def train(
     cfg: FinetuneConfig,
     out_dir: str | os.PathLike,
@@ -555,7 +801,7 @@ def train(
     export: bool = True,
     verbose: bool = True,
 ) -> FinetuneResult | None:
-    """Fine-tune :class:`~bertlib.BertClassifier` as ``cfg`` says, resuming from ``out_dir/checkpoint.pt``.
+    """Fine-tune :class:`~bertlib.BertClassifier` as ``cfg`` says, resuming from ``out_dir/checkpoint.safetensors``.
 
     ``data`` (from :func:`load_data` or :func:`split_data`) and ``pretrained`` (from
     :func:`bertlib.load_pretrained`) may be passed in to reuse what is already loaded. ``stop_after_steps``
@@ -578,315 +824,175 @@ def train(
     try:
         if ddp.enabled and device.type == "cuda":
             device = torch.device("cuda", ddp.local_rank)
-        return _train(cfg, Path(out_dir), device, ddp, t_call, data=data, pretrained=pretrained, archive=archive,
-                      stop_after_steps=stop_after_steps, export=export, verbose=verbose)
+        run = _setup(cfg, Path(out_dir), device, ddp, t_call, data=data, pretrained=pretrained, archive=archive,
+                     verbose=verbose)
+        from tqdm import tqdm
+
+        run.bar = tqdm(total=run.total_steps, initial=run.state.step, desc="fine-tuning", unit="step",
+                       dynamic_ncols=True, disable=not progress_enabled() or not verbose or not ddp.main)
+        while not run.state.finished:
+            if train_epoch(run, stop_after_steps):
+                run.bar.close()
+                run.say(f"[finetune] stopped after {run.state.step} steps (--stop-after-steps); checkpoint at "
+                        f"{run.out / CHECKPOINT}. Run the same command again to resume.")
+                return None
+            end_epoch(run)
+        run.bar.close()
+        return finish(run, export)
     finally:
         ddp.close()
 
 
-def _train(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distributed, t_call: float, *,
-           data: NewsData | None, pretrained: Pretrained | None, archive, stop_after_steps: int | None,
-           export: bool, verbose: bool) -> FinetuneResult | None:
+def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distributed, t_call: float, *,
+           data: NewsData | None, pretrained: Pretrained | None, archive, verbose: bool) -> Run:
+    """Seeds, data, token ids, model, optimiser and schedule; then a fresh start or a resume."""
     if ddp.main:
         out.mkdir(parents=True, exist_ok=True)
-    say = print if verbose and ddp.main else (lambda *a, **k: None)
-    world, rank = ddp.world_size, ddp.rank
-    local = device if ddp.enabled and device.type == "cuda" else None  # the one GPU whose RNG this rank keeps
     set_seed(cfg.seed)
-    if rank > 0:
-        torch.manual_seed(_rank_seed(cfg.seed, rank))  # this rank's own dropout masks; rank 0's are a single run's
-
+    if ddp.rank > 0:
+        torch.manual_seed(_rank_seed(cfg.seed, ddp.rank))  # this rank's own dropout masks; rank 0's are a single run's
     with ddp.main_first():  # rank 0 alone fills scikit-learn's cache from the archive, if it is empty
-        if pretrained is None:
-            pretrained = load_pretrained(cfg.model)
-        if data is None:
-            data = load_data(cfg, archive)
-    tokenizer, config = pretrained.tokenizer, pretrained.config
-    n_labels = len(data.label_names)
-    train_seqs = encode(tokenizer, data.train.texts, cfg.max_length, cfg.truncation)
-    val_seqs = encode(tokenizer, data.val.texts, cfg.max_length, cfg.truncation)
-    test_seqs = encode(tokenizer, data.test.texts, cfg.max_length, cfg.truncation)
-    lengths = np.array([len(s) for s in train_seqs])
-    pad_id = tokenizer.pad_token_id
-
-    train_config = config
-    if cfg.dropout is not None:  # the exported config keeps the model's own values
-        import copy
-
-        train_config = copy.deepcopy(config)
-        train_config.hidden_dropout_prob = train_config.attention_probs_dropout_prob = cfg.dropout
-        train_config.classifier_dropout = cfg.dropout
-    state_dict = {k: v.to(device=device, dtype=torch.float32) for k, v in pretrained.state_dict.items()}
-    model = BertClassifier(state_dict, train_config, n_labels, seed=cfg.seed, attn_implementation=cfg.attn).to(device)
-    del state_dict
-    optimizer = torch.optim.AdamW(param_groups(model, cfg), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
-                                  foreach=True)
+        pretrained = pretrained if pretrained is not None else load_pretrained(cfg.model)
+        data = data if data is not None else load_data(cfg, archive)
+    seqs = {split: encode(pretrained.tokenizer, getattr(data, split).texts, cfg.max_length, cfg.truncation)
+            for split in ("train", "val", "test")}
+    model = build_model(cfg, pretrained, len(data.label_names), device)
+    optimizer = make_optimizer(model, cfg)
+    lengths = np.array([len(s) for s in seqs["train"]])
     steps_per_epoch = len(epoch_batches(lengths, cfg.batch_size, cfg.seed, 0, cfg.bucket_batches))
-    total_steps = cfg.epochs * steps_per_epoch
-    if cfg.max_steps is not None:
-        total_steps = min(total_steps, cfg.max_steps)
-    warmup = round(cfg.warmup_ratio * total_steps)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_schedule(warmup, total_steps))
-
-    # ---- fresh start or resume
-    ckpt_path, best_path = out / CHECKPOINT, out / BEST
-    run = {"step": 0, "epoch": 0, "batch": 0, "loss_sum": 0.0, "loss_batches": 0, "tokens": 0,
-           "train_time": 0.0, "wall_time": 0.0, "history": [], "loss_curve": [], "best_val_accuracy": -1.0,
-           "best_epoch": None, "finished": False, "segments": 0, "examples_per_rank": [0] * world}
-    resume = ddp.all_gather(ckpt_path.exists())[0]  # rank 0's view decides, for every rank
-    if resume:
-        ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        saved = ckpt["config"]
-        clash = {k: (saved.get(k), getattr(cfg, k)) for k in _RESUME_KEYS if saved.get(k) != getattr(cfg, k)}
-        if clash:
-            raise ValueError(
-                f"{ckpt_path} was written by a run with other settings ({clash}, as (saved, now)). Use another "
-                "--out directory, or delete the checkpoint to start afresh."
-            )
-        model.load_state_dict(ckpt["model"], strict=True)
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        run = ckpt["run"]
-        states = ckpt.get("rng_ranks") or [ckpt["rng"]]
-        if len(states) == world:
-            _set_rng_state(states[rank], local)
-        else:  # another number of processes: same global batches, but ranks > 0 draw fresh dropout masks
-            _set_rng_state(states[0], local)
-            if rank > 0:
-                torch.manual_seed(_rank_seed(cfg.seed, rank, run["step"]))
-            say(f"[finetune] the checkpoint was written by {len(states)} process(es), this run has {world}: "
-                "training goes on from the same state, with other dropout masks than an uninterrupted run")
-        if len(run.get("examples_per_rank", ())) != world:
-            run["examples_per_rank"] = [0] * world  # counted from here on
-        say(f"[finetune] resuming from {ckpt_path}: step {run['step']}/{total_steps}, epoch {run['epoch'] + 1}, "
-            f"batch {run['batch']}/{steps_per_epoch}")
-    run["segments"] += 1
-    wall_before = run["wall_time"]  # earlier segments; this one counts from the start of this call
-    seen = run["examples_per_rank"][rank]  # training posts this rank has run through the model
-
-    net = model  # what the training step calls; the optimizer, checkpoints and evaluation use `model` itself
+    total_steps = min(cfg.epochs * steps_per_epoch, cfg.max_steps or cfg.epochs * steps_per_epoch)
+    run = Run(cfg, out, device, ddp, pretrained, data, seqs, model, model, optimizer,
+              make_scheduler(optimizer, cfg, total_steps), steps_per_epoch, total_steps, t_call,
+              say=print if verbose and ddp.main else (lambda *a, **k: None),
+              state=TrainState(examples_per_rank=[0] * ddp.world_size))
+    if ddp.all_gather((out / CHECKPOINT).exists() or (out / LEGACY_CHECKPOINT).exists())[0]:  # rank 0 decides
+        _resume(run, load_checkpoint(out / CHECKPOINT))
+    run.state.segments += 1
+    run.wall_before = run.state.wall_time
+    run.seen = run.state.examples_per_rank[ddp.rank]
     if ddp.enabled:
         from torch.nn.parallel import DistributedDataParallel
 
         # DDP broadcasts rank 0's weights now, then all-reduces (averages) the gradients in every backward
-        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        run.net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    run.say(f"[finetune] profile={cfg.profile} device={device} model={_model_name(pretrained)} "
+            f"train={len(data.train)} val={len(data.val)} test={len(data.test)} remove_headers={cfg.remove_headers} "
+            f"max_length={cfg.max_length} truncation={cfg.truncation} epochs={cfg.epochs} batch={cfg.batch_size} "
+            f"steps={total_steps} warmup={warmup_steps(total_steps, cfg.warmup_ratio)} lr={cfg.lr:g} "
+            f"head_lr={cfg.head_lr or cfg.lr:g} seed={cfg.seed}"
+            + (f" world_size={ddp.world_size} backend={ddp.backend} per_rank_batch={cfg.batch_size // ddp.world_size}"
+               if ddp.enabled else ""))
+    return run
 
-    say(f"[finetune] profile={cfg.profile} device={device} model={_model_name(pretrained)} "
-        f"train={len(data.train)} val={len(data.val)} test={len(data.test)} remove_headers={cfg.remove_headers} "
-        f"max_length={cfg.max_length} truncation={cfg.truncation} epochs={cfg.epochs} batch={cfg.batch_size} "
-        f"steps={total_steps} lr={cfg.lr:g} head_lr={cfg.head_lr or cfg.lr:g} seed={cfg.seed}"
-        + (f" world_size={world} backend={ddp.backend} per_rank_batch={cfg.batch_size // world}" if ddp.enabled
-           else ""))
 
-    def checkpoint() -> None:
-        """Every rank calls it (its random state is gathered); rank 0 writes."""
-        run["wall_time"] = wall_before + time.perf_counter() - t_call
-        gathered = ddp.all_gather((_rng_state(local), seen))
-        run["examples_per_rank"] = [n for _, n in gathered]
-        if ddp.main:
-            _atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                          "scheduler": scheduler.state_dict(), "run": run, "rng": gathered[0][0],
-                          "rng_ranks": [state for state, _ in gathered], "world_size": world,
-                          "config": cfg.to_dict()}, ckpt_path)
-
-    def evaluate(seqs: list[list[int]]) -> torch.Tensor:
-        return predict_logits(model, seqs, pad_id, cfg.eval_batch_size, device, rank=rank, world_size=world)
-
-    model.train()
-    from tqdm import tqdm
-
-    bar = tqdm(total=total_steps, initial=run["step"], desc="fine-tuning", unit="step", dynamic_ncols=True,
-               disable=not progress_enabled() or not verbose or not ddp.main)
-    while not run["finished"]:
-        batches = epoch_batches(lengths, cfg.batch_size, cfg.seed, run["epoch"], cfg.bucket_batches)
-        t0 = time.perf_counter()
-        while run["batch"] < len(batches) and run["step"] < total_steps:
-            idx = batches[run["batch"]]
-            # under DDP: this rank's contiguous share, its summed loss weighted by world/len(idx)
-            mine, weight = rank_share(idx, rank, world) if ddp.enabled else (idx, 1.0)
-            inputs = collate([train_seqs[i] for i in mine], pad_id, device)
-            target = torch.as_tensor(data.train.labels[mine], dtype=torch.long).to(device, non_blocking=True)
-            with _autocast(device):
-                logits = net(**inputs)
-            if ddp.enabled:
-                loss_sum = F.cross_entropy(logits.float(), target, reduction="sum")
-                loss = loss_sum * weight
-            else:
-                loss = F.cross_entropy(logits.float(), target)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            if ddp.enabled:  # the global batch's mean loss, as a single process logs it
-                import torch.distributed as dist
-
-                total = (loss_sum.detach() if weight else torch.zeros((), device=device)).reshape(1)
-                dist.all_reduce(total)
-                step_loss = total.item() / len(idx)
-                seen += len(mine) if weight else 0
-            else:
-                step_loss = loss.item()
-                seen += len(mine)
-            run["loss_sum"] += step_loss
-            run["loss_curve"].append(step_loss)
-            run["loss_batches"] += 1
-            run["tokens"] += int(lengths[idx].sum())
-            run["step"] += 1
-            run["batch"] += 1
-            bar.update(1)
-            if run["step"] % 10 == 0:
-                bar.set_postfix(loss=f"{run['loss_sum'] / run['loss_batches']:.3f}")
-            stop = stop_after_steps is not None and run["step"] >= stop_after_steps
-            if run["step"] % cfg.checkpoint_every == 0 or stop:
-                run["train_time"] += time.perf_counter() - t0
-                checkpoint()
-                t0 = time.perf_counter()  # writing checkpoints is not training time
-            if stop:
-                bar.close()
-                say(f"[finetune] stopped after {run['step']} steps (--stop-after-steps); checkpoint at {ckpt_path}. "
-                    "Run the same command again to resume.")
-                return None
-        run["train_time"] += time.perf_counter() - t0
-
-        # ---- end of an epoch (or of max_steps): validate, keep the best weights
-        val_logits = evaluate(val_seqs)
-        val_pred = val_logits.argmax(-1).numpy()
-        val = scores(data.val.labels, val_pred, data.label_names)
-        val_loss = F.cross_entropy(val_logits, torch.as_tensor(data.val.labels, dtype=torch.long)).item()
-        entry = {"epoch": run["epoch"] + 1, "step": run["step"],
-                 "train_loss": run["loss_sum"] / max(1, run["loss_batches"]), "val_loss": val_loss,
-                 "val_accuracy": val["accuracy"], "val_macro_f1": val["macro_f1"],
-                 "lr": scheduler.get_last_lr()[0], "train_time_s": run["train_time"]}
-        run["history"].append(entry)
-        if val["accuracy"] > run["best_val_accuracy"]:
-            run["best_val_accuracy"], run["best_epoch"] = val["accuracy"], entry["epoch"]
-            if ddp.main:
-                _save_best(model, best_path, {"epoch": entry["epoch"], "val_accuracy": val["accuracy"]})
-        say(f"[finetune] epoch {entry['epoch']}/{cfg.epochs} step {run['step']}/{total_steps} "
-            f"train_loss {entry['train_loss']:.4f} val_loss {val_loss:.4f} val_acc {val['accuracy']:.4f} "
-            f"val_macro_f1 {val['macro_f1']:.4f} {run['train_time']:.0f}s "
-            f"{run['tokens'] / max(run['train_time'], 1e-9):,.0f} tok/s")
-        run["epoch"] += 1
-        run["batch"], run["loss_sum"], run["loss_batches"] = 0, 0.0, 0
-        run["finished"] = run["epoch"] >= cfg.epochs or run["step"] >= total_steps
-        checkpoint()
-    bar.close()
-
-    # ---- the best weights on the test set
+def finish(run: Run, export: bool) -> FinetuneResult:
+    """The best epoch's weights on the test posts; ``metrics.json`` (and ``hf/``) written by rank 0."""
+    ddp = run.ddp
     ddp.barrier()  # rank 0 has written the best weights
-    _load_best(model, best_path)
-    model.eval()
-    test_logits = evaluate(test_seqs)
-    test_pred = test_logits.argmax(-1).numpy()
-    test = scores(data.test.labels, test_pred, data.label_names)
-    run["wall_time"] = wall_before + time.perf_counter() - t_call
+    _load_best(run.model, run.out / BEST)
+    run.model.eval()
+    test, test_logits = evaluate(run.model, run.seqs["test"], run.data.test.labels, run.data.label_names,
+                                 run.pretrained.tokenizer.pad_token_id, run.cfg.eval_batch_size, run.device,
+                                 rank=ddp.rank, world_size=ddp.world_size)
+    test.pop("loss")
+    run.state.wall_time = run.elapsed()
+    metrics = _metrics(run, test)
+    run.model.config = run.pretrained.config  # the model's own dropout values, for export and for the caller
+    if ddp.main:
+        if export:
+            from .export import export_hf
+
+            export_hf(run.model, run.pretrained.tokenizer, run.data.label_names, run.out / "hf")
+        (run.out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
+    st = run.state
+    run.say(f"[finetune] test accuracy {test['accuracy']:.4f} macro_f1 {test['macro_f1']:.4f} "
+            f"(best epoch {st.best_epoch}, val_acc {st.best_val_accuracy:.4f}); wall {metrics['wall_time_s']:.0f}s, "
+            f"{metrics['tokens_per_s']:,.0f} train tok/s; wrote {run.out / METRICS}")
+    ddp.barrier()  # every rank returns once the files are written
+    return FinetuneResult(metrics, run.model, run.pretrained.tokenizer, run.data, test_logits,
+                          test_logits.argmax(-1).numpy(), run.out, st.history)
+
+
+def _metrics(run: Run, test: dict) -> dict:
+    """``metrics.json``: the test scores, the run's history and what it ran on."""
     import transformers
 
-    metrics = {
+    cfg, st, data, device = run.cfg, run.state, run.data, run.device
+    return {
         **test,
-        "profile": cfg.profile, "device": device.type if ddp.enabled else str(device),
-        "hardware": _hardware(device, world),
-        "world_size": world, "distributed_backend": ddp.backend,
-        "examples_per_rank": run["examples_per_rank"],  # training posts each process ran (this segment on)
-        "epochs": cfg.epochs, "epochs_run": run["epoch"], "steps": run["step"], "best_epoch": run["best_epoch"],
-        "best_val_accuracy": run["best_val_accuracy"],
-        "final_train_loss": run["history"][-1]["train_loss"],
-        "wall_time_s": run["wall_time"],  # loading, training, evaluation: every segment of a resumed run
-        "train_time_s": run["train_time"],
-        "tokens_per_s": run["tokens"] / max(run["train_time"], 1e-9),  # all processes together
-        "train_tokens": run["tokens"],
-        "history": run["history"],
-        "train_loss_curve": run["loss_curve"],  # the loss of every optimizer step (the global batch's mean)
+        "profile": cfg.profile, "device": device.type if run.ddp.enabled else str(device),
+        "hardware": _hardware(device, run.ddp.world_size),
+        "world_size": run.ddp.world_size, "distributed_backend": run.ddp.backend,
+        "examples_per_rank": st.examples_per_rank,  # training posts each process ran (this segment on)
+        "epochs": cfg.epochs, "epochs_run": st.epoch, "steps": st.step, "best_epoch": st.best_epoch,
+        "best_val_accuracy": st.best_val_accuracy,
+        "final_train_loss": st.history[-1]["train_loss"],
+        "wall_time_s": st.wall_time,  # loading, training, evaluation: every segment of a resumed run
+        "train_time_s": st.train_time,
+        "tokens_per_s": st.tokens / max(st.train_time, 1e-9),  # all processes together
+        "train_tokens": st.tokens,
+        "history": st.history,
+        "train_loss_curve": st.loss_curve,  # the loss of every optimizer step (the global batch's mean)
         "seed": cfg.seed, "data_seed": cfg.data_seed, "max_length": cfg.max_length, "truncation": cfg.truncation,
         "remove_headers": cfg.remove_headers, "remove": list(data.remove),
         "train_size": len(data.train), "val_size": len(data.val), "test_size": len(data.test),
         "hyperparameters": {k: getattr(cfg, k) for k in ("batch_size", "lr", "head_lr", "weight_decay",
                                                          "warmup_ratio", "max_grad_norm", "max_steps",
                                                          "bucket_batches", "attn", "dropout")},
+        "warmup_steps": warmup_steps(run.total_steps, cfg.warmup_ratio),
         "precision": "bf16 autocast" if device.type == "cuda" else "float32",
-        "model": pretrained.source, "segments": run["segments"],
+        "model": run.pretrained.source, "segments": st.segments,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
     }
-    model.config = config  # the model's own dropout values, for export and for the caller
-    if ddp.main:
-        if export:
-            from .export import export_hf
-
-            export_hf(model, tokenizer, data.label_names, out / "hf")
-        (out / METRICS).write_text(json.dumps(metrics, indent=2) + "\n")
-    say(f"[finetune] test accuracy {test['accuracy']:.4f} macro_f1 {test['macro_f1']:.4f} "
-        f"(best epoch {run['best_epoch']}, val_acc {run['best_val_accuracy']:.4f}); "
-        f"wall {metrics['wall_time_s']:.0f}s, {metrics['tokens_per_s']:,.0f} train tok/s; wrote {out / METRICS}")
-    ddp.barrier()  # every rank returns once the files are written
-    return FinetuneResult(metrics, model, tokenizer, data, test_logits, test_pred, out, run["history"])
 
 
 # ---------------------------------------------------------------------------------------------- command line
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bertlib.finetune", description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--profile", choices=sorted(PROFILES), default=None,
-                        help=f"quick: CPU, a stratified subset of {PROFILES['quick']['train_size']} posts, "
-                             f"{PROFILES['quick']['max_length']} tokens, {PROFILES['quick']['epochs']} epochs; full: "
-                             f"GPU, all data, {PROFILES['full']['max_length']} tokens, {PROFILES['full']['epochs']} "
-                             "epochs (default: $BERTLIB_PROFILE, else full on CUDA and quick on CPU)")
-    parser.add_argument("--out", required=True, help="output directory; an existing checkpoint there is resumed")
-    parser.add_argument("--remove-headers", action="store_true",
-                        help="remove headers, signatures and quoted replies (remove=('headers','footers','quotes'))")
-    parser.add_argument("--seed", type=int, default=None, help="training seed (head init, dropout, data order)")
-    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many optimizer steps in all")
-    parser.add_argument("--model", default=None, help="local directory or Hub id (default: $BERTLIB_MODEL or MiniLM)")
-    parser.add_argument("--archive", default=None, help="20news-bydate.tar.gz (default: $BERTLIB_20NG_ARCHIVE)")
-    parser.add_argument("--truncation", choices=("head", "head_tail"), default=None,
-                        help="long posts: first tokens only, or head+tail (Sun et al. 2019; default)")
-    parser.add_argument("--max-length", type=int, default=None, help="tokens per post, [CLS] and [SEP] included")
-    parser.add_argument("--epochs", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--lr", type=float, default=None, help="encoder peak learning rate")
-    parser.add_argument("--head-lr", type=float, default=None, help="classifier layer peak learning rate")
-    parser.add_argument("--device", default=None, help="cpu or cuda (default: bertlib.get_device())")
-    parser.add_argument("--checkpoint-every", type=int, default=None, help="optimizer steps between checkpoints")
-    parser.add_argument("--dropout", type=float, default=None,
-                        help="hidden, attention and classifier dropout (default: the model's own; 0 turns it off, "
-                             "which makes a torchrun run match a single-process one)")
-    parser.add_argument("--stop-after-steps", type=int, default=None,
-                        help="simulate an interruption: write the checkpoint and exit after N optimizer steps")
-    parser.add_argument("--no-export", action="store_true", help="skip writing OUT/hf/")
-    # small settings for tests and experiments
-    parser.add_argument("--train-size", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--test-size", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--data-seed", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--attn", choices=("sdpa", "eager"), default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--eval-batch-size", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--max-grad-norm", type=float, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--all-data", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+#: ``--help``'s first lines.
+DESCRIPTION = ("Fine-tune bertlib's BertClassifier on 20 Newsgroups (chapter 9). Every option below is a field of "
+               "bertlib.finetune.FinetuneConfig; the defaults shown are those of the chosen --profile.")
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[FinetuneConfig, CommandArgs]:
+    """The command line → (:class:`FinetuneConfig`, :class:`CommandArgs`). Options are generated from the two
+    dataclasses by ``transformers.HfArgumentParser`` (``--max-length`` and ``--max_length`` both work); the
+    chosen profile's values (:data:`PROFILES`) are the defaults, so ``--help`` shows them and an option wins."""
+    from transformers import HfArgumentParser
 
     from .runtime import get_profile
 
-    device = torch.device(args.device) if args.device else get_device()
-    profile = args.profile or get_profile(device)
-    overrides = {k: getattr(args, k) for k in ("seed", "max_steps", "model", "truncation", "max_length", "epochs",
-                                               "batch_size", "lr", "head_lr", "device", "checkpoint_every",
-                                               "train_size", "test_size", "data_seed", "attn", "dropout",
-                                               "eval_batch_size", "max_grad_norm")}
-    cfg = profile_config(profile, remove_headers=args.remove_headers, **overrides)
-    if args.all_data:
-        cfg.train_size = cfg.test_size = None
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--profile")
+    pre.add_argument("--device")
+    known, _ = pre.parse_known_args(argv)
+    profile = known.profile or get_profile(torch.device(known.device) if known.device else get_device())
+    parser = HfArgumentParser((FinetuneConfig, CommandArgs), prog="python -m bertlib.finetune",
+                              description=DESCRIPTION)
+    parser.set_defaults(**PROFILES.get(profile, {}), profile=profile)
+    try:
+        cfg, cmd = parser.parse_args_into_dataclasses(argv, look_for_args_file=False)
+    except ValueError as err:  # FinetuneConfig.__post_init__: a bad combination of values
+        parser.error(str(err))
+    if cmd.all_data:
+        cfg = dataclasses.replace(cfg, train_size=None, test_size=None)
+    return cfg, cmd
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg, cmd = parse_args(argv)
+    device = torch.device(cfg.device) if cfg.device else get_device()
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
-        if device.type != "cuda" and profile == "full":
+        if device.type != "cuda" and cfg.profile == "full":
             print("[finetune] warning: the full profile on CPU takes hours; it is meant for a GPU", flush=True)
-        print(f"[finetune] profile {profile}: {json.dumps(cfg.to_dict())}", flush=True)
+        print(f"[finetune] profile {cfg.profile}: {json.dumps(cfg.to_dict())}", flush=True)
     import transformers
 
     transformers.logging.set_verbosity_error()
-    result = train(cfg, args.out, archive=args.archive, stop_after_steps=args.stop_after_steps,
-                   export=not args.no_export)
-    return 0 if result is not None or args.stop_after_steps is not None else 1
+    result = train(cfg, cmd.out, archive=cmd.archive, stop_after_steps=cmd.stop_after_steps,
+                   export=not cmd.no_export)
+    return 0 if result is not None or cmd.stop_after_steps is not None else 1
 
 
 if __name__ == "__main__":

@@ -6,24 +6,23 @@ delete head ``h``'s rows of the query/key/value weights and the matching columns
 parameters and less work. Transformers 5.x removed both; :func:`bertlib.bert_forward` keeps ``head_mask``, and this
 module keeps pruning, plus the gradient-based head importance of Michel, Levy & Neubig (2019), *Are Sixteen Heads
 Really Better than One?*, used to choose which heads to prune.
+
+Pruning follows 4.x exactly (:func:`prune`): original head numbers, already-pruned heads ignored, negative layer
+indices, and ``config.pruned_heads`` recording the result. A pruned model runs through the one layer loop,
+:func:`bertlib.bert_forward`, which reads ``config.pruned_heads`` as HF 4.x did when loading a pruned checkpoint.
 """
 
 from __future__ import annotations
 
-import math
+import copy
 from collections.abc import Callable, Iterable, Mapping
 
 import torch
-import torch.nn.functional as F
 from transformers import BertConfig
 
-from .attention import extended_attention_mask
-from .checks import check_config, check_inputs
-from .embeddings import embeddings
+from .checks import check_config, check_state_dict, kept_heads, pruned_heads
 from .encoder import BertForwardOutput, bert_forward
-from .layer import attention_output, feed_forward
-from .multi_head import transpose_for_scores
-from .pooler import pooler
+from .multi_head import self_attention
 
 #: The four weights pruning touches in each layer: rows of Q/K/V (and their biases), columns of the output dense.
 _QKV = ("query", "key", "value")
@@ -43,131 +42,100 @@ def heads_per_layer(state_dict: Mapping[str, torch.Tensor], config: BertConfig) 
             for i in range(config.num_hidden_layers)]
 
 
+def _normalise(config: BertConfig, heads_to_prune: Mapping[int, Iterable[int]]) -> dict[int, set[int]]:
+    """``{layer: heads}`` checked, with negative layer indices counted from the end (HF 4.x indexes
+    ``encoder.layer[layer]``, so ``-1`` is the last layer) and repeated heads merged (HF takes a set)."""
+    if not isinstance(heads_to_prune, Mapping):
+        raise TypeError("heads_to_prune must be a mapping {layer: [head, ...]}, e.g. {0: [2, 5], -1: [0]}.")
+    L, H = config.num_hidden_layers, config.num_attention_heads
+    out: dict[int, set[int]] = {}
+    for layer, heads in heads_to_prune.items():
+        if not isinstance(layer, int) or not -L <= layer < L:
+            raise ValueError(f"layer {layer!r} does not exist: layers are 0..{L - 1} (or -{L}..-1 from the end).")
+        heads = list(heads)
+        bad = [h for h in heads if not isinstance(h, int) or not 0 <= h < H]
+        if bad:
+            raise ValueError(f"layer {layer} has heads 0..{H - 1} (original numbering, pruned ones included); "
+                             f"cannot prune {bad}.")
+        out.setdefault(layer % L, set()).update(heads)
+    return out
+
+
 def head_mask_for(config: BertConfig, heads_to_prune: Mapping[int, Iterable[int]], *,
                   dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> torch.Tensor:
     """The ``(num_hidden_layers, num_attention_heads)`` head mask with 0 at the heads to prune and 1 elsewhere:
-    the masking twin of :func:`prune_heads`. ``heads_to_prune``: ``{layer: [head, ...]}``. Defined in chapter 13."""
-    _check_heads(config, heads_to_prune, [config.num_attention_heads] * config.num_hidden_layers)
+    the masking twin of :func:`prune`. ``heads_to_prune``: ``{layer: [head, ...]}``. Defined in chapter 13."""
     mask = torch.ones(config.num_hidden_layers, config.num_attention_heads, dtype=dtype, device=device)
-    for layer, heads in heads_to_prune.items():
+    for layer, heads in _normalise(config, heads_to_prune).items():
         for h in heads:
             mask[layer, h] = 0.0
     return mask
 
 
-def _check_heads(config: BertConfig, heads_to_prune: Mapping[int, Iterable[int]], counts: list[int]) -> None:
-    if not isinstance(heads_to_prune, Mapping):
-        raise TypeError("heads_to_prune must be a mapping {layer: [head, ...]}, e.g. {0: [2, 5], 3: [0]}.")
-    for layer, heads in heads_to_prune.items():
-        if not isinstance(layer, int) or not 0 <= layer < config.num_hidden_layers:
-            raise ValueError(f"layer {layer!r} does not exist: layers are 0..{config.num_hidden_layers - 1}.")
-        heads = list(heads)
-        bad = [h for h in heads if not isinstance(h, int) or not 0 <= h < counts[layer]]
-        if bad:
-            raise ValueError(f"layer {layer} has heads 0..{counts[layer] - 1}; cannot prune {bad}.")
-        if len(set(heads)) != len(heads):
-            raise ValueError(f"layer {layer}: head indices repeat in {heads}.")
+def prune(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
+          heads_to_prune: Mapping[int, Iterable[int]]) -> tuple[dict[str, torch.Tensor], BertConfig]:
+    """HF 4.x's ``PreTrainedModel.prune_heads`` on raw weights: a new state dict without the given heads and a copy
+    of ``config`` whose ``pruned_heads`` records them (what HF saves in ``config.json``, and what
+    :func:`bertlib.bert_forward` reads to run the smaller layers).
+
+    For layer ``i`` and each head ``h`` in ``heads_to_prune[i]``, the ``head_size`` rows of ``query``/``key``/
+    ``value`` weight and bias that compute head ``h``, and the same columns of ``attention.output.dense.weight``
+    that read its context, are removed (HF 4.x ``find_pruneable_heads_and_indices`` + ``prune_linear_layer``).
+    As in HF, heads keep their *original* numbers however often you prune, heads already pruned are ignored,
+    a repeated head counts once, and layer ``-1`` is the last layer. A layer may lose every head: its attention then
+    adds only the output bias. Other tensors are shared with ``state_dict``, not copied.
+    Defined in chapter 13, *Anatomy of Hugging Face's attention*.
+    """
+    check_config(config)
+    todo = _normalise(config, heads_to_prune)
+    check_state_dict(state_dict, config, pooler=False)  # the weights match the heads config.pruned_heads left
+    d = head_size(config)
+    out, already = dict(state_dict), pruned_heads(config)
+    for layer, heads in todo.items():
+        gone = already.get(layer, frozenset())
+        kept = kept_heads(config, layer)  # original numbers, in the order their rows are stored
+        drop = heads - gone
+        if not drop:
+            continue
+        rows = [j for j, h in enumerate(kept) if h not in drop]  # positions among the stored heads
+        p = f"encoder.layer.{layer}.attention."
+        index = torch.tensor([r * d + c for r in rows for c in range(d)], dtype=torch.long,
+                             device=state_dict[p + "self.query.weight"].device)
+        for name in _QKV:  # (kept * d, hidden) → (fewer * d, hidden): rows
+            out[p + f"self.{name}.weight"] = state_dict[p + f"self.{name}.weight"].index_select(0, index)
+            out[p + f"self.{name}.bias"] = state_dict[p + f"self.{name}.bias"].index_select(0, index)
+        # (hidden, kept * d) → (hidden, fewer * d): columns; the bias belongs to the output and stays
+        out[p + "output.dense.weight"] = state_dict[p + "output.dense.weight"].index_select(1, index)
+        already[layer] = gone | drop
+    new_config = copy.deepcopy(config)
+    new_config.pruned_heads = {layer: sorted(heads) for layer, heads in sorted(already.items())}
+    return out, new_config
 
 
 def prune_heads(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
                 heads_to_prune: Mapping[int, Iterable[int]]) -> dict[str, torch.Tensor]:
-    """A new state dict without the given heads: for layer ``i`` and each head ``h`` in ``heads_to_prune[i]``, the
-    ``head_size`` rows of ``query``/``key``/``value`` weight and bias that compute head ``h``, and the same columns
-    of ``attention.output.dense.weight`` that read its context, are removed (HF 4.x ``prune_linear_layer``).
-
-    Head indices count the heads *present* in ``state_dict`` (after earlier pruning, the remaining heads are
-    renumbered 0, 1, ... in order). A layer may lose every head: its attention then adds only the output bias.
-    Other tensors are shared with ``state_dict``, not copied. Run the result with :func:`pruned_bert_forward`.
-    Defined in chapter 13, *Anatomy of Hugging Face's attention*.
-    """
-    counts = heads_per_layer(state_dict, config)
-    _check_heads(config, heads_to_prune, counts)
-    d = head_size(config)
-    out = dict(state_dict)
-    for layer, heads in heads_to_prune.items():
-        drop = set(heads)
-        if not drop:
-            continue
-        keep = [h for h in range(counts[layer]) if h not in drop]
-        index = torch.tensor([h * d + j for h in keep for j in range(d)], dtype=torch.long,
-                             device=state_dict[f"encoder.layer.{layer}.attention.self.query.weight"].device)
-        p = f"encoder.layer.{layer}.attention."
-        for name in _QKV:  # (heads * d, hidden) → (kept * d, hidden): rows
-            out[p + f"self.{name}.weight"] = state_dict[p + f"self.{name}.weight"].index_select(0, index)
-            out[p + f"self.{name}.bias"] = state_dict[p + f"self.{name}.bias"].index_select(0, index)
-        # (hidden, heads * d) → (hidden, kept * d): columns; the bias belongs to the output and stays
-        out[p + "output.dense.weight"] = state_dict[p + "output.dense.weight"].index_select(1, index)
-    return out
+    """The state dict of :func:`prune` (a thin alias kept for chapter 13's first edition). Run it with the config
+    :func:`prune` returns; to prune again, pass that config too (heads keep their original numbers)."""
+    return prune(state_dict, config, heads_to_prune)[0]
 
 
 def pruned_self_attention(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    hidden_states: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    *,
-    layer: int = 0,
-    attn_implementation: str = "eager",
+    state_dict: Mapping[str, torch.Tensor], config: BertConfig, hidden_states: torch.Tensor,
+    attention_mask: torch.Tensor | None = None, **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`bertlib.self_attention` for a layer that may have fewer heads than ``config`` says: the number of
-    heads is read from the weights (:func:`heads_per_layer`), the head width from ``config``.
-
-    ``hidden_states``: ``(batch, seq, hidden)``; ``attention_mask``: additive ``(batch, 1, 1, seq)`` or ``None``.
-    Returns the context ``(batch, seq, kept * head_size)`` and the probabilities ``(batch, kept, seq, seq)``
-    (``None`` under ``sdpa``). Inference only (no dropout). Defined in chapter 13.
-    """
-    p = f"encoder.layer.{layer}.attention.self."
-    d = head_size(config)
-    kept = state_dict[p + "query.weight"].shape[0] // d
-    batch, seq, _ = hidden_states.shape
-    if kept == 0:  # every head pruned: no context at all
-        return hidden_states.new_zeros(batch, seq, 0), None
-    q, k, v = (transpose_for_scores(F.linear(hidden_states, state_dict[p + n + ".weight"], state_dict[p + n + ".bias"]),
-                                    kept) for n in _QKV)  # (batch, kept, seq, d)
-    if attn_implementation == "sdpa":
-        context, probs = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask), None
-    elif attn_implementation == "eager":
-        scores = q @ k.transpose(-1, -2) / math.sqrt(d)
-        if attention_mask is not None:
-            scores = scores + attention_mask
-        probs = scores.softmax(dim=-1)
-        context = probs @ v
-    else:
-        raise ValueError(f"attn_implementation must be 'eager' or 'sdpa', got {attn_implementation!r}.")
-    return context.permute(0, 2, 1, 3).reshape(batch, seq, kept * d), probs
+    """:func:`bertlib.self_attention` (a thin alias): a pruned layer's weights have ``kept * head_size`` rows, and
+    ``self_attention`` reads the number of heads from them. Returns ``(batch, seq, kept * head_size)`` and
+    ``(batch, kept, seq, seq)``. Defined in chapter 13."""
+    return self_attention(state_dict, config, hidden_states, attention_mask, **kwargs)
 
 
-def pruned_bert_forward(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    token_type_ids: torch.Tensor | None = None,
-    *,
-    attn_implementation: str = "eager",
-) -> BertForwardOutput:
-    """:func:`bertlib.bert_forward` for a state dict from :func:`prune_heads` (it also runs an unpruned one).
-
-    Inputs ``(batch, seq)``; outputs as :class:`bertlib.BertForwardOutput` (``attentions`` has ``kept`` heads per
-    layer). Equals ``bert_forward(..., head_mask=head_mask_for(config, heads_to_prune))`` on the unpruned weights.
-    Inference only. Defined in chapter 13, *Anatomy of Hugging Face's attention*.
-    """
-    check_config(config)
-    check_inputs(config, input_ids, attention_mask, token_type_ids)
-    x = embeddings(state_dict, config, input_ids, token_type_ids)
-    if attention_mask is None or bool(attention_mask.all()):
-        mask = None
-    else:
-        mask = extended_attention_mask(attention_mask, x.dtype)
-    all_hidden, all_attn = [x], []
-    for layer in range(config.num_hidden_layers):
-        context, probs = pruned_self_attention(state_dict, config, x, mask, layer=layer,
-                                               attn_implementation=attn_implementation)
-        x = feed_forward(state_dict, config, attention_output(state_dict, config, context, x, layer=layer), layer=layer)
-        all_hidden.append(x)
-        all_attn.append(probs)
-    return BertForwardOutput(last_hidden_state=x, pooler_output=pooler(state_dict, config, x),
-                             hidden_states=tuple(all_hidden), attentions=tuple(all_attn))
+def pruned_bert_forward(state_dict: Mapping[str, torch.Tensor], config: BertConfig, input_ids: torch.Tensor,
+                        attention_mask: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                        **kwargs) -> BertForwardOutput:
+    """:func:`bertlib.bert_forward` (a thin alias, same keywords) for the state dict and config of :func:`prune`.
+    ``attentions`` has ``kept`` heads per layer. Equals ``bert_forward(..., head_mask=head_mask_for(config,
+    heads_to_prune))`` on the unpruned weights. Defined in chapter 13."""
+    return bert_forward(state_dict, config, input_ids, attention_mask, token_type_ids, **kwargs)
 
 
 def head_importance(

@@ -112,17 +112,23 @@ def encoder_layer(
     fused: bool = False,
     head_mask: torch.Tensor | None = None,
     output_attentions: bool = True,
+    check: bool = True,
+    **attention_kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Self-attention → output dense + residual + LayerNorm → feed-forward + residual + LayerNorm.
 
     ``(batch, seq, hidden)`` in and out; also returns the ``(batch, heads, seq, seq)`` attention probabilities.
+    ``attn_implementation`` names the attention function (:mod:`bertlib.attention_functions`);
     ``fused=True``: LayerNorm and GELU as single PyTorch kernels (appendix 14, *Making it fast*).
     ``head_mask``: ``(heads,)`` factors for this layer's heads (:func:`bertlib.self_attention`; chapter 13).
     ``output_attentions=False`` returns ``None`` for the probabilities and frees them before the feed-forward runs.
+    ``check=False`` skips the argument checks (the caller made them). ``attention_kwargs`` go to the attention
+    function (the padding-free path's ``lengths``).
     Defined in chapter 6, *The encoder layer* (HF ``BertLayer``).
     """
     context, probs = self_attention(state_dict, config, hidden_states, attention_mask, layer=layer,
-                                    training=training, attn_implementation=attn_implementation, head_mask=head_mask)
+                                    training=training, attn_implementation=attn_implementation, head_mask=head_mask,
+                                    check=check, **attention_kwargs)
     if not output_attentions:
         probs = None
     attn = attention_output(state_dict, config, context, hidden_states, layer=layer, training=training, fused=fused)

@@ -1,15 +1,21 @@
-"""All heads at once (chapter 5, *All heads, batched*); mirrors HF ``BertSelfAttention``."""
+"""All heads at once (chapter 5, *All heads, batched*); mirrors HF ``BertSelfAttention``.
+
+The one place where the query, key and value projections are computed: the attention itself is a function
+chosen by name (:mod:`bertlib.attention_functions`), relative positions (chapter 13) enter as an additive bias on
+the scores, and a pruned layer (chapter 13) simply has fewer rows in its weights.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
 from transformers import BertConfig
 
-from .checks import check_config, check_hidden
+from .attention_functions import get_attention_function
+from .checks import check_config, check_hidden, kept_heads, position_embedding_type
+from .relative_position import RELATIVE_TYPES, distance_embedding_key, relative_position_scores
 
 
 def transpose_for_scores(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -19,6 +25,19 @@ def transpose_for_scores(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """
     batch, seq, hidden = x.shape
     return x.view(batch, seq, num_heads, hidden // num_heads).permute(0, 2, 1, 3)
+
+
+def layer_head_mask(config: BertConfig, head_mask: torch.Tensor | None, layer: int) -> torch.Tensor | None:
+    """One layer's ``(heads,)`` factors, counted in the *original* head numbering, reduced to the heads the layer
+    still has (``config.pruned_heads``, chapter 13). HF 4.x cannot combine ``head_mask`` with pruned heads (a
+    broadcast error); here the factors of the pruned heads are simply dropped."""
+    if head_mask is None:
+        return None
+    if tuple(head_mask.shape) != (config.num_attention_heads,):
+        raise ValueError(f"head_mask for one layer must have shape ({config.num_attention_heads},) (one factor per "
+                         f"head), got {tuple(head_mask.shape)}.")
+    kept = kept_heads(config, layer)
+    return head_mask if len(kept) == config.num_attention_heads else head_mask[kept]
 
 
 def self_attention(
@@ -31,49 +50,42 @@ def self_attention(
     training: bool = False,
     attn_implementation: str = "eager",
     head_mask: torch.Tensor | None = None,
+    check: bool = True,
+    **attention_kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Multi-head self-attention of encoder layer ``layer``, every head in one batched matmul.
 
-    ``hidden_states``: ``(batch, seq, hidden)``; ``attention_mask``: additive ``(batch, 1, 1, seq)`` or ``None``.
-    Returns the concatenated heads' context ``(batch, seq, hidden)`` and the probabilities
-    ``(batch, heads, seq, seq)``. ``attn_implementation="sdpa"`` uses PyTorch's fused
-    ``scaled_dot_product_attention`` and returns ``None`` for the probabilities (the fused kernel never forms them).
+    ``hidden_states``: ``(batch, seq, hidden)``; ``attention_mask``: additive ``(batch, 1, 1, seq)`` (or
+    ``(batch, 1, seq, seq)`` with a causal mask) or ``None``. Returns the concatenated heads' context
+    ``(batch, seq, kept * head_size)`` and the probabilities ``(batch, kept, seq, seq)``; ``kept`` is
+    ``num_attention_heads`` unless ``config.pruned_heads`` removed some of this layer's heads.
+    ``attn_implementation`` names the attention function (:data:`bertlib.attention_functions.ATTENTION_FUNCTIONS`):
+    ``"sdpa"`` is PyTorch's fused kernel and returns ``None`` for the probabilities.
     ``head_mask``: ``(heads,)`` or ``None`` (HF 4.x's ``head_mask`` for one layer): head ``h``'s probabilities
-    (after dropout) are multiplied by ``head_mask[h]``, so 0 silences the head; the returned probabilities are the
-    masked ones. Under ``sdpa`` the same product is applied to each head's context (``(p m) V = m (p V)``).
-    Defined in chapter 5, *All heads, batched*; ``head_mask`` in chapter 13, *Anatomy of HF attention*.
+    (after dropout) are multiplied by ``head_mask[h]``, so 0 silences the head. With
+    ``config.position_embedding_type`` ``relative_key``/``relative_key_query`` (HF 4.x) the distance terms of
+    :func:`bertlib.relative_position.relative_position_scores` are added to the scores. ``check=False`` skips the
+    argument checks (:func:`bertlib.encoder` has made them once).
+    Defined in chapter 5, *All heads, batched*; ``head_mask``, pruning and relative positions in chapter 13.
     """
-    check_config(config)
-    check_hidden(config, hidden_states)
-    if head_mask is not None and tuple(head_mask.shape) != (config.num_attention_heads,):
-        raise ValueError(f"head_mask for one layer must have shape ({config.num_attention_heads},) (one factor per "
-                         f"head), got {tuple(head_mask.shape)}.")
+    if check:
+        check_config(config)
+        check_hidden(config, hidden_states)
+    attend = get_attention_function(attn_implementation)
+    head_mask = layer_head_mask(config, head_mask, layer)
     p = f"encoder.layer.{layer}.attention.self."
-    heads = config.num_attention_heads
-    q, k, v = (
-        transpose_for_scores(F.linear(hidden_states, state_dict[p + n + ".weight"], state_dict[p + n + ".bias"]), heads)
-        for n in ("query", "key", "value")
-    )  # (batch, heads, seq, head_size) each
+    d = config.hidden_size // config.num_attention_heads
+    weights = [(state_dict[p + n + ".weight"], state_dict[p + n + ".bias"]) for n in ("query", "key", "value")]
+    heads = weights[0][0].shape[0] // d  # fewer than config says after pruning
+    batch, seq = hidden_states.shape[:2]
+    if heads == 0:  # every head pruned: no context at all (the output dense then adds only its bias)
+        return hidden_states.new_zeros(batch, seq, 0), None
+    q, k, v = (transpose_for_scores(F.linear(hidden_states, w, b), heads) for w, b in weights)  # (b, heads, seq, d)
+    kind = position_embedding_type(config)
+    if kind in RELATIVE_TYPES:  # HF 4.x: (QK^T + rel) / sqrt(d) + mask, the bias folded into the mask
+        rel = relative_position_scores(q, k, state_dict[distance_embedding_key(layer)],
+                                       config.max_position_embeddings, kind) * d**-0.5
+        attention_mask = rel if attention_mask is None else rel + attention_mask
     dropout = config.attention_probs_dropout_prob if training else 0.0
-    if attn_implementation == "sdpa":
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=attention_mask, dropout_p=dropout)
-        probs = None
-        if head_mask is not None:
-            context = context * head_mask.to(context.dtype)[:, None, None]
-    elif attn_implementation == "eager":
-        # QK^T/sqrt(d), with the scale applied to q: (seq, head_size) numbers to scale instead of (seq, seq), a
-        # quarter of the work at 128 tokens and head size 32, the same product up to rounding (appendix 14).
-        scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-1, -2)  # (batch, heads, seq, seq)
-        if attention_mask is not None:
-            scores = scores + attention_mask
-        probs = scores.softmax(dim=-1)
-        if head_mask is None:
-            context = F.dropout(probs, dropout, training) @ v  # (batch, heads, seq, head_size)
-        else:  # HF 4.x: attention_probs = dropout(probs) * head_mask
-            m = head_mask.to(probs.dtype)[:, None, None]  # (heads, 1, 1): broadcast over batch, query, key
-            context = (F.dropout(probs, dropout, training) * m) @ v
-            probs = probs * m
-    else:
-        raise ValueError(f"attn_implementation must be 'eager' or 'sdpa', got {attn_implementation!r}.")
-    batch, _, seq, _ = context.shape
-    return context.permute(0, 2, 1, 3).reshape(batch, seq, config.hidden_size), probs
+    context, probs = attend(q, k, v, attention_mask, d**-0.5, dropout, head_mask, **attention_kwargs)
+    return context.reshape(batch, seq, heads * d), probs

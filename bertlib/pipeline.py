@@ -20,11 +20,10 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
+from .data import pad_batch  # noqa: F401  (the collate stage; one padding function for the book, in bertlib.data)
+
 #: The values of the pipeline's ``function_to_apply`` (``ClassificationFunction``), lower case.
 FUNCTIONS = ("softmax", "sigmoid", "none")
-
-#: The keys of one tokenized text, and the value their padding positions get (ids: the tokenizer's pad id).
-_PAD_VALUES = {"attention_mask": 0, "token_type_ids": 0}
 
 
 def _texts(texts: str | Sequence[str]) -> list[str]:
@@ -35,37 +34,6 @@ def _texts(texts: str | Sequence[str]) -> list[str]:
     if bad:
         raise ValueError(f"texts must be strings, got {', '.join(sorted(set(bad)))} (text pairs are not handled here).")
     return texts
-
-
-def pad_batch(encodings: Sequence[Mapping[str, Sequence[int]]], pad_token_id: int,
-              padding_side: str = "right") -> dict[str, torch.Tensor]:
-    """The batch the pipeline's collate function (``pad_collate_fn``) builds from single-text encodings.
-
-    ``encodings``: one mapping per text (``input_ids``, ``token_type_ids``, ``attention_mask``, lists of ints of
-    that text's length). Returns ``(batch, seq)`` long tensors, ``seq`` the longest length: ``input_ids`` padded
-    with ``pad_token_id``, ``attention_mask`` and ``token_type_ids`` with 0, on ``padding_side``.
-    Defined in chapter 10, *What pipeline does*.
-    """
-    if not encodings:
-        raise ValueError("no encodings to pad.")
-    if padding_side not in ("right", "left"):
-        raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}.")
-    keys = set(encodings[0])
-    if "input_ids" not in keys or any(set(e) != keys for e in encodings):
-        raise ValueError("every encoding needs the same keys, input_ids among them.")
-    width = max(len(e["input_ids"]) for e in encodings)
-    batch = {}
-    for key in sorted(keys):
-        fill = pad_token_id if key == "input_ids" else _PAD_VALUES.get(key, 0)
-        out = torch.full((len(encodings), width), fill, dtype=torch.long)
-        for row, e in enumerate(encodings):
-            values = torch.as_tensor(list(e[key]), dtype=torch.long)
-            if padding_side == "right":
-                out[row, :len(values)] = values
-            else:
-                out[row, width - len(values):] = values
-        batch[key] = out
-    return batch
 
 
 def preprocess(tokenizer, texts: str | Sequence[str], max_length: int | None = None) -> dict[str, torch.Tensor]:

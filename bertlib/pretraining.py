@@ -27,6 +27,7 @@ from .classifier import _module_tree
 from .encoder import bert_forward
 from .layer import activation
 from .layer_norm import layer_norm
+from .optimization import adamw, optimizer_step, schedule
 from .runtime import resolve_seed
 
 #: Special tokens of the word-level vocabulary, in the order a from-scratch tutorial gives them ids 0-4.
@@ -459,6 +460,53 @@ class TrainingHistory:
     seconds: float = 0.0
 
 
+#: Adam's epsilon for pre-training: BERT's own (Devlin et al.'s ``optimization.py``); fine-tuning keeps
+#: Hugging Face's 1e-8 (:func:`bertlib.optimization.adamw`).
+PRETRAIN_ADAM_EPS = 1e-6
+
+
+def sample_batch(data: PretrainingData, batch_size: int, generator: torch.Generator,
+                 mlm_probability: float = 0.15, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """One training batch: ``batch_size`` pairs drawn at random (with replacement) by ``generator``, cut to the
+    longest row, and masked afresh with :func:`mask_tokens` (*dynamic* masking: a pair gets new masks each time it
+    is drawn). Returns :func:`bert_for_pretraining`'s keyword arguments: ``input_ids`` (masked),
+    ``attention_mask``, ``token_type_ids``, ``labels`` (``(batch, seq)`` each) and ``next_sentence_label``
+    ``(batch,)``, on ``device``. Defined in chapter 11, *Pre-training*."""
+    idx = torch.randint(len(data), (batch_size,), generator=generator)
+    am = data.attention_mask[idx]
+    width = int(am.sum(1).max())
+    ids, am = data.input_ids[idx, :width], am[:, :width]
+    masked, labels = mask_tokens(ids, data.special_tokens_mask[idx, :width], data.vocab_size, data.mask_token_id,
+                                 mlm_probability, generator=generator)
+    batch = dict(input_ids=masked, attention_mask=am, token_type_ids=data.token_type_ids[idx, :width],
+                 labels=labels, next_sentence_label=data.next_sentence_label[idx])
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def train_step(model: BertPretrainingModel, batch: Mapping[str, torch.Tensor], optimizer: torch.optim.Optimizer,
+               scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, *,
+               max_grad_norm: float | None = 1.0) -> PreTrainingOutput:
+    """One MLM + NSP step on ``batch`` (from :func:`sample_batch`): forward with the MLM head at the masked
+    positions only, the summed loss, backward, then :func:`bertlib.optimization.optimizer_step` (clip the gradient
+    norm to ``max_grad_norm``, AdamW step, schedule step, zero the gradients). Returns the forward's output (losses
+    included, detached). Defined in chapter 11, *Pre-training*."""
+    out = model(**batch, masked_only=True)
+    out.loss.backward()
+    optimizer_step(model.parameters(), optimizer, scheduler, max_grad_norm)
+    for name in ("loss", "mlm_loss", "nsp_loss", "prediction_logits", "seq_relationship_logits"):
+        setattr(out, name, getattr(out, name).detach())
+    return out
+
+
+def optimizer_and_schedule(model: BertPretrainingModel, *, steps: int, lr: float, warmup: float = 0.1,
+                           weight_decay: float = 0.01) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
+    """What :func:`pretrain` trains with: AdamW (:func:`bertlib.optimization.adamw`; ``weight_decay`` on all but
+    biases and LayerNorm weights, epsilon :data:`PRETRAIN_ADAM_EPS`) and a linear warm-up over the first ``warmup``
+    fraction of the ``steps``, then linear decay to 0 (:func:`bertlib.optimization.schedule`)."""
+    optimizer = adamw(model, lr, weight_decay, eps=PRETRAIN_ADAM_EPS)
+    return optimizer, schedule(optimizer, steps, warmup)
+
+
 def pretrain(
     model: BertPretrainingModel,
     data: PretrainingData,
@@ -476,43 +524,24 @@ def pretrain(
 ) -> TrainingHistory:
     """Train ``model`` on MLM + NSP for ``steps`` steps (or until ``max_seconds`` have passed).
 
-    Each step draws ``batch_size`` random pairs, masks them afresh with :func:`mask_tokens` (*dynamic* masking:
-    a sentence gets new masks each time it is drawn), trims the batch to its longest row, and takes one AdamW step
-    (``weight_decay`` on matrices only, gradient norm clipped at 1) on the summed loss, with BERT's schedule:
-    linear warm-up over the first ``warmup`` fraction of the steps, then linear decay to 0. The MLM head is
-    evaluated only at the masked positions (``masked_only``). Defined in chapter 11, *Pre-training*.
+    Each step is :func:`train_step` (gradient norm clipped at 1) on a fresh :func:`sample_batch` of ``batch_size``
+    pairs, with :func:`optimizer_and_schedule`: the book's one recipe (:mod:`bertlib.optimization`), AdamW with
+    ``weight_decay`` on all but biases and LayerNorm weights and a linear warm-up over the first ``warmup``
+    fraction of the steps, then linear decay to 0. Defined in chapter 11, *Pre-training*.
     """
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(resolve_seed(seed))
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=lr, betas=(0.9, 0.999), eps=1e-6)
-    n_warm = max(1, int(warmup * steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min((s + 1) / n_warm, max(0.0, (steps - s) / max(1, steps - n_warm))))
+    opt, sched = optimizer_and_schedule(model, steps=steps, lr=lr, warmup=warmup, weight_decay=weight_decay)
     hist = TrainingHistory()
     start = time.perf_counter()
     model.train()
     for step in range(steps):
-        idx = torch.randint(len(data), (batch_size,), generator=g)
-        am = data.attention_mask[idx]
-        width = int(am.sum(1).max())
-        ids, am = data.input_ids[idx, :width], am[:, :width]
-        masked, labels = mask_tokens(ids, data.special_tokens_mask[idx, :width], data.vocab_size, data.mask_token_id,
-                                     mlm_probability, generator=g)
-        out = model(masked.to(device), am.to(device), data.token_type_ids[idx, :width].to(device), labels.to(device),
-                    data.next_sentence_label[idx].to(device), masked_only=True)
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        lr_now = sched.get_last_lr()[0]  # the rate this step runs at
+        out = train_step(model, sample_batch(data, batch_size, g, mlm_probability, device), opt, sched)
         hist.mlm.append(out.mlm_loss.item())
         hist.nsp.append(out.nsp_loss.item())
         hist.total.append(out.loss.item())
-        hist.lr.append(opt.param_groups[0]["lr"])
+        hist.lr.append(lr_now)
         if log is not None and (step + 1) % log_every == 0:
             k = log_every
             log(f"step {step + 1:5d}  mlm {np.mean(hist.mlm[-k:]):.3f}  nsp {np.mean(hist.nsp[-k:]):.3f}  "

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .notebook import node_modules_dir, use_vendored_bertviz_assets
+
 PROFILES = ("quick", "full")
 
 #: Tolerances the book asserts with, by (device type, dtype): ``dict(atol=..., rtol=...)``.
@@ -110,6 +112,8 @@ def setup(seed: int | None = None, verbose: bool = True) -> Setup:
 
     ``seed`` defaults to ``$BERTLIB_SEED`` (else 0) and ``$BERTLIB_NUM_THREADS`` sets torch's CPU threads. Prints one
     line a reader (and a CI log) can read, e.g. ``profile=quick device=cpu torch=2.13.0 ... seed=0 threads=2``.
+    In a live notebook it also makes bertviz's views load their JavaScript from ``node_modules/``, not from CDNs
+    (:func:`bertlib.notebook.use_vendored_bertviz_assets`), so they draw offline.
     """
     import transformers
 
@@ -126,4 +130,8 @@ def setup(seed: int | None = None, verbose: bool = True) -> Setup:
         print(f"profile={profile} device={device}{extra} torch={torch.__version__} "
               f"transformers={transformers.__version__} python={platform.python_version()} seed={seed} "
               f"threads={torch.get_num_threads()}")
+    views = use_vendored_bertviz_assets()  # a live notebook: bertviz views offline, from node_modules/
+    if verbose and views == "missing":
+        print(f"bertviz views will load require.js, d3 and jQuery from CDNs: no copies in {node_modules_dir()} "
+              "(run `npm ci` there, or `make lab`)")
     return Setup(device=device, profile=profile, seed=seed, threads=torch.get_num_threads())

@@ -27,7 +27,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "_ext"))
-from bertbook import cachekey, measure  # noqa: E402  (the book's own extension: one definition of each rule)
+from bertbook import cachekey, measure, offline  # noqa: E402  (the book's own extension: one definition of each rule)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,6 +59,8 @@ class BookCache:
         if cachekey.ensure_fresh(cache, ROOT):
             print(f"nbval-book-cache: emptied {cache} (bertlib, settings or versions changed since it was filled)")
         self.ipython = measure.install_startup(self.state)
+        # the stored outputs go into the book, which serves its own bertviz assets: keep bertviz's CDN URLs there
+        os.environ.setdefault(offline.BERTVIZ_ASSETS_ENV, "cdn")
         self.seconds: dict[str, float] = {}
         self.failed: set[str] = set()
 

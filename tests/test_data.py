@@ -109,3 +109,26 @@ def test_offline_without_archive_says_how_to_fix(tmp_path, monkeypatch):
 def test_bad_subset():
     with pytest.raises(ValueError, match="subset must be"):
         data.load_20newsgroups("validation")
+
+
+# ------------------------------------------------------------------------------- the one padding collator
+
+
+def test_pad_batch_of_token_id_lists_is_the_tokenizers_padding(pretrained):
+    """Plain id lists (what fine-tuning batches) pad as ``tokenizer.pad`` and ``DataCollatorWithPadding`` do."""
+    import torch
+    from transformers import DataCollatorWithPadding
+
+    tok = pretrained.tokenizer
+    texts = ["a short one.", "a somewhat longer sentence than the first.", "mid length text here"]
+    encodings = [tok(t) for t in texts]
+    ours = data.pad_batch([e["input_ids"] for e in encodings], tok.pad_token_id)
+    theirs = DataCollatorWithPadding(tok, return_tensors="pt")([dict(e) for e in encodings])
+    assert ours.keys() == {"input_ids", "attention_mask", "token_type_ids"}
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key
+    assert (ours["attention_mask"] == 0).any(), "the batch should need padding"
+    with pytest.raises(ValueError, match="no encodings"):
+        data.pad_batch([], 0)
+    with pytest.raises(ValueError, match="same keys"):
+        data.pad_batch([{"input_ids": [1]}, [1, 2]], 0)

@@ -69,19 +69,34 @@ def test_heads_do_not_divide_hidden(tiny):
 
 
 def test_missing_keys_are_listed(tiny):
+    """A missing layer is one short item; single keys are named; the pooler is optional (HF's add_pooling_layer)
+    unless asked for."""
     sd, config, batch = tiny
     partial = {k: v for k, v in sd.items() if "layer.1." not in k and not k.startswith("pooler")}
     with pytest.raises(ValueError) as info:
         bertlib.bert_forward(partial, config, batch["input_ids"])
     msg = str(info.value)
-    assert "missing 18 parameter(s)" in msg and "pooler.dense.weight" in msg
-    assert "encoder.layer.1.output.dense.bias" in msg
+    assert "missing 16 parameter(s)" in msg and "all of encoder.layer.1.* (16 keys)" in msg and len(msg) < 300
+    one = {k: v for k, v in sd.items() if k != "encoder.layer.0.output.dense.bias"}
+    with pytest.raises(ValueError, match=r"missing 1 parameter\(s\) of BertModel: encoder.layer.0.output.dense.bias\."):
+        bertlib.bert_forward(one, config, batch["input_ids"])
+    no_pooler = {k: v for k, v in sd.items() if not k.startswith("pooler")}
+    assert bertlib.bert_forward(no_pooler, config, batch["input_ids"]).pooler_output is None
+    with pytest.raises(ValueError, match="pooler.dense.weight, pooler.dense.bias"):
+        bertlib.bert_forward(no_pooler, config, batch["input_ids"], add_pooling_layer=True)
 
 
 def test_prefixed_keys_get_a_hint(tiny):
+    """A BertFor... state dict: one short error (not every key) that names the helper, and the few keys that
+    would still be missing after it."""
     sd, config, batch = tiny
-    with pytest.raises(ValueError, match="start with 'bert.'.*load_pretrained"):
-        bertlib.bert_forward({"bert." + k: v for k, v in sd.items()}, config, batch["input_ids"])
+    prefixed = {"bert." + k: v for k, v in sd.items()}
+    with pytest.raises(ValueError, match="start with 'bert.'.*split_bert_state_dict") as info:
+        bertlib.bert_forward(prefixed, config, batch["input_ids"])
+    assert len(str(info.value)) < 300
+    del prefixed["bert.encoder.layer.1.output.dense.weight"]
+    with pytest.raises(ValueError, match="Even then it lacks encoder.layer.1.output.dense.weight."):
+        bertlib.bert_forward(prefixed, config, batch["input_ids"])
 
 
 def test_wrong_weight_shape(tiny):
@@ -97,11 +112,31 @@ def test_not_a_config(tiny):
         bertlib.bert_forward(sd, config.to_dict(), batch["input_ids"])
 
 
-def test_relative_positions_rejected(tiny):
+def test_position_embedding_type_checked(tiny):
+    """Relative positions run (chapter 13) once the distance tables are there; an unknown type is refused."""
     sd, config, batch = tiny
     rel = BertConfig(**{**config.to_dict(), "position_embedding_type": "relative_key"})
-    with pytest.raises(ValueError, match="position_embedding_type='relative_key'"):
+    with pytest.raises(ValueError, match="distance_embedding.*add_distance_embeddings"):
         bertlib.bert_forward(sd, rel, batch["input_ids"])
+    bad = BertConfig(**{**config.to_dict(), "position_embedding_type": "rotary"})
+    with pytest.raises(ValueError, match="position_embedding_type='rotary' is not supported"):
+        bertlib.bert_forward(sd, bad, batch["input_ids"])
+
+
+def test_cross_attention_refused(tiny):
+    sd, config, batch = tiny
+    dec = BertConfig(**{**config.to_dict(), "is_decoder": True, "add_cross_attention": True})
+    with pytest.raises(ValueError, match="add_cross_attention=True.*not implemented"):
+        bertlib.bert_forward(sd, dec, batch["input_ids"])
+
+
+def test_bad_position_ids(tiny):
+    sd, config, batch = tiny
+    with pytest.raises(ValueError, match=r"position_ids must lie in \[0, 40\)"):
+        forward_with_positions = torch.full_like(batch["input_ids"], 40)
+        bertlib.bert_forward(sd, config, batch["input_ids"], position_ids=forward_with_positions)
+    with pytest.raises(ValueError, match="position_ids has shape"):
+        bertlib.bert_forward(sd, config, batch["input_ids"], position_ids=torch.arange(3))
 
 
 def test_step_functions_check_hidden_shape(tiny):

@@ -159,11 +159,17 @@ def test_unpadded_random_config_float64():
     assert_close(out.pooler_output, ref.pooler_output, **F64)
 
 
-def test_unpadded_rejects_left_padding(pretrained):
-    ids = torch.full((2, 5), 1000, device=DEVICE)
+def test_unpadded_left_padding_equals_padded(pretrained):
+    """The padding-free path gathers the real tokens wherever they are: left padding (and each real token's
+    position id, counted from the row's start as in HF) gives the padded path's numbers on the real tokens."""
+    ids = torch.randint(1000, pretrained.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(0))
+    ids = ids.to(DEVICE)
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], device=DEVICE)
-    with pytest.raises(ValueError, match="right padding"):
-        bert_forward_unpadded(pretrained.state_dict, pretrained.config, ids, mask)
+    out = bert_forward_unpadded(pretrained.state_dict, pretrained.config, ids, mask)
+    ref = bertlib.bert_forward(pretrained.state_dict, pretrained.config, ids, mask)
+    m = mask.bool()
+    assert_close(out.last_hidden_state[m], ref.last_hidden_state[m], **F32)
+    assert (out.last_hidden_state[~m] == 0).all()
 
 
 def test_bench_grid_rows_tiny():

@@ -205,3 +205,18 @@ def test_activations_match_hf(name):
 
     x = torch.linspace(-6, 6, 1001, dtype=torch.float64)
     assert_close(bertlib.activation(name)(x), ACT2FN[name](x), **F64)
+
+
+def test_fidelity_report_command(real_sentences, capsys):
+    """``python -m bertlib.fidelity``: a row per hidden state and per layer's attention, every number within the
+    asserted tolerance, for each attention function asked for."""
+    from bertlib import fidelity
+
+    table = fidelity.main(["--dtypes", "float64", "--attn", "eager,unpadded", "--sentences", "3"])
+    out = capsys.readouterr().out
+    layers = bertlib.load_pretrained().config.num_hidden_layers
+    assert f"| hidden_states[{layers}] |" in out and f"| attentions[{layers - 1}] |" in out
+    assert "asserted tolerance" in out
+    for column in table.values():
+        assert all(v is None or v <= F64["atol"] for v in column.values()), column
+    assert table["float64/unpadded"]["attentions[0]"] is None

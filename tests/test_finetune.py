@@ -5,7 +5,7 @@ A TINY setting keeps this file to well under two minutes of CPU: 120 training po
 
 * ``A``: uninterrupted;
 * ``B``: the same command with ``--stop-after-steps 3`` (a simulated interruption), then the same command again,
-  which resumes from ``checkpoint.pt``.
+  which resumes from ``checkpoint.safetensors`` (tensors and JSON: nothing is unpickled).
 
 On CPU the resumed run is bit-for-bit the uninterrupted one (same weights, optimizer state, data order and
 dropout masks), so metrics are compared exactly; losses are compared to 1e-6 relative only to tolerate a GPU's
@@ -69,7 +69,7 @@ def tiny_data() -> ft.NewsData:
 def test_command_writes_metrics_weights_and_hf_export(runs):
     out, log = runs["a"], runs["log_a"]
     assert "profile=quick" in log and "[finetune] epoch 1/" in log
-    for name in ("metrics.json", "model.safetensors", "checkpoint.pt", "hf/config.json", "hf/model.safetensors",
+    for name in ("metrics.json", "model.safetensors", ft.CHECKPOINT, "hf/config.json", "hf/model.safetensors",
                  "hf/tokenizer.json", "hf/tokenizer_config.json"):
         assert (out / name).is_file(), f"{name} missing"
     m = json.loads((out / "metrics.json").read_text())
@@ -113,11 +113,13 @@ def test_resume_reaches_the_same_metrics(runs):
 
 @needs_data
 def test_checkpoint_holds_everything_a_resume_needs(runs):
-    ckpt = torch.load(runs["b"] / "checkpoint.pt", map_location="cpu", weights_only=False)
-    assert {"model", "optimizer", "scheduler", "run", "rng", "config"} <= ckpt.keys()
-    assert {"torch", "numpy", "python"} <= ckpt["rng"].keys()
-    assert ckpt["run"]["step"] == 6 and ckpt["run"]["finished"] and ckpt["run"]["segments"] == 2
+    ckpt = ft.load_checkpoint(runs["b"] / ft.CHECKPOINT)
+    assert {"model", "optimizer", "scheduler", "state", "rng_ranks", "config"} <= ckpt.keys()
+    assert len(ckpt["rng_ranks"]) == 1 and {"torch", "numpy", "python"} <= ckpt["rng_ranks"][0].keys()
+    assert ckpt["state"]["step"] == 6 and ckpt["state"]["finished"] and ckpt["state"]["segments"] == 2
     assert ckpt["config"]["seed"] == 3 and ckpt["scheduler"]["last_epoch"] == 6
+    assert set(ckpt["optimizer"]["state"]) == set(range(len(ckpt["model"])))  # every parameter's Adam moments
+    assert not list(runs["b"].glob("*.pt")), "nothing is written as a pickle"
 
 
 @needs_data
@@ -202,7 +204,7 @@ def test_epoch_batches_are_a_pure_function_of_seed_and_epoch():
 def test_schedule_warms_up_then_decays():
     f = ft.linear_schedule(warmup=10, total=100)
     values = [f(s) for s in range(101)]
-    assert 0 < values[0] < values[9] <= 1.0 and values[10] == 1.0 and values[100] == 0.0
+    assert values[0] == 0 < values[9] < 1.0 and values[10] == 1.0 and values[100] == 0.0
     assert all(a >= b for a, b in zip(values[10:], values[11:], strict=False))
 
 
@@ -211,7 +213,7 @@ def test_no_weight_decay_on_biases_and_layernorm(pretrained):
     model = bertlib.BertClassifier(pretrained.state_dict, pretrained.config, 3)
     cfg = ft.profile_config("quick", weight_decay=0.01, lr=1e-4, head_lr=1e-3)
     names = {id(p): n for n, p in model.named_parameters()}
-    groups = ft.param_groups(model, cfg)
+    groups = ft.make_optimizer(model, cfg).param_groups
     assert sorted(names[id(p)] for g in groups for p in g["params"]) == sorted(names.values()), "each once"
     group_of = {names[id(p)]: (g["weight_decay"], g["lr"]) for g in groups for p in g["params"]}
     layer = "bert.encoder.layer.0."
@@ -284,3 +286,184 @@ def test_export_rejects_wrong_label_names(pretrained, tmp_path):
         export_hf(model, pretrained.tokenizer, ["a", "b"], tmp_path)
     with pytest.raises(ValueError, match="unique"):
         hf_config(model, ["a", "a", "b"])
+
+
+# ------------------------------------------------------------------- checkpoints: safe to load, resumable
+
+
+class _Planted:
+    """Pickles as a call to ``os.mkdir(path)``: unpickling it runs that call (any function could stand there)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.path),))
+
+
+def _tiny_config(**overrides) -> transformers.BertConfig:
+    values = dict(vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                  max_position_embeddings=24, pad_token_id=0, hidden_dropout_prob=0.0,
+                  attention_probs_dropout_prob=0.0)
+    return transformers.BertConfig(**{**values, **overrides})
+
+
+def _tiny_classifier(seed: int = 0, **config) -> bertlib.BertClassifier:
+    from bertlib.pretraining import init_state_dict
+
+    config = _tiny_config(**config)
+    return bertlib.BertClassifier(init_state_dict(config, seed=seed, heads=False), config, 3, seed=seed)
+
+
+def _tiny_batch(seed: int = 0) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    seqs = [[2, *torch.randint(5, 40, (n,), generator=g).tolist(), 3] for n in (9, 4, 12, 6)]
+    return ft.collate(seqs, 0, "cpu"), torch.tensor([0, 2, 1, 2])
+
+
+def test_checkpoint_with_a_pickled_object_is_refused(tmp_path):
+    marker = tmp_path / "code-ran"
+    legacy = tmp_path / ft.LEGACY_CHECKPOINT
+    torch.save({"model": {}, "run": _Planted(marker)}, legacy)
+    with pytest.raises(ValueError, match="pickled checkpoint"):
+        ft.load_checkpoint(tmp_path / ft.CHECKPOINT)
+    legacy.rename(tmp_path / ft.CHECKPOINT)  # the same pickle under the new name
+    with pytest.raises(ValueError, match="not a bertlib checkpoint"):
+        ft.load_checkpoint(tmp_path / ft.CHECKPOINT)
+    assert not marker.exists(), "loading the checkpoint ran code from it"
+    (tmp_path / ft.CHECKPOINT).rename(legacy)
+    torch.load(legacy, weights_only=False)  # what the old loader did: the planted call runs
+    assert marker.exists()
+
+
+def test_train_refuses_an_old_pickled_checkpoint(tmp_path, pretrained):
+    marker = tmp_path / "code-ran"
+    torch.save({"run": _Planted(marker)}, tmp_path / ft.LEGACY_CHECKPOINT)
+    texts = [f"post number {i} about topic {i % 20}" for i in range(60)]
+    labels = np.arange(60) % 20
+    cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1, device="cpu")
+    data = ft.split_data(texts, labels, texts[:20], labels[:20], [f"c{i}" for i in range(20)], cfg)
+    with pytest.raises(ValueError, match="pickled checkpoint"):
+        ft.train(cfg, tmp_path, data=data, pretrained=pretrained, export=False, verbose=False)
+    assert not marker.exists()
+
+
+def test_resuming_from_a_checkpoint_continues_exactly(tmp_path):
+    """Two steps straight, against one step, a checkpoint, a fresh model/optimiser/schedule restored from it, and
+    the second step: the same weights, optimiser moments and learning rate."""
+    cfg = ft.profile_config("quick", lr=1e-3, head_lr=1e-2, warmup_ratio=0.5)
+    batches = [_tiny_batch(0), _tiny_batch(1)]
+
+    def fresh():
+        model = _tiny_classifier()
+        optimizer = ft.make_optimizer(model, cfg)
+        return model, optimizer, ft.make_scheduler(optimizer, cfg, total_steps=4)
+
+    straight = fresh()
+    for batch, labels in batches:
+        ft.train_step(straight[0], batch, labels, straight[1], straight[2])
+    first = fresh()
+    ft.train_step(first[0], *batches[0], first[1], first[2])
+    state = ft.TrainState(step=1, loss_curve=[0.5])
+    ft.save_checkpoint(tmp_path / ft.CHECKPOINT, model=first[0], optimizer=first[1], scheduler=first[2],
+                       state=state, cfg=cfg, rng_ranks=[bertlib.checkpoint.rng_state()])
+    ckpt = ft.load_checkpoint(tmp_path / ft.CHECKPOINT)
+    resumed = fresh()
+    resumed[0].load_state_dict(ckpt["model"])
+    resumed[1].load_state_dict(ckpt["optimizer"])
+    resumed[2].load_state_dict(ckpt["scheduler"])
+    assert ft.TrainState(**ckpt["state"]) == state and ft.FinetuneConfig(**ckpt["config"]) == cfg
+    ft.train_step(resumed[0], *batches[1], resumed[1], resumed[2])
+    for (name, a), b in zip(straight[0].state_dict().items(), resumed[0].state_dict().values(), strict=True):
+        torch.testing.assert_close(b, a, atol=0, rtol=0, msg=name)
+    assert resumed[2].get_last_lr() == straight[2].get_last_lr()
+    moved = (straight[0].state_dict()["classifier.weight"] - fresh()[0].state_dict()["classifier.weight"]).abs()
+    assert moved.max() > 1e-4, "the two steps changed nothing: this test would prove nothing"
+
+
+def test_train_step_is_the_step_written_out():
+    """forward → cross-entropy → backward → clip → AdamW → schedule, by hand, equals ft.train_step."""
+    cfg = ft.profile_config("quick", lr=1e-3, head_lr=1e-2, max_grad_norm=0.5, warmup_ratio=0.0)
+    batch, labels = _tiny_batch(0)
+    ours, mine = _tiny_classifier(), _tiny_classifier()
+    opt = ft.make_optimizer(ours, cfg)
+    ft.train_step(ours, batch, labels, opt, ft.make_scheduler(opt, cfg, 10), max_grad_norm=cfg.max_grad_norm)
+    decay = [p for n, p in mine.named_parameters() if not (n.endswith("bias") or "LayerNorm" in n)]
+    no_decay = [p for n, p in mine.named_parameters() if n.endswith("bias") or "LayerNorm" in n]
+    head = {id(mine.classifier.weight), id(mine.classifier.bias)}
+    groups = [{"params": [p for p in ps if (id(p) in head) == h], "weight_decay": wd, "lr": 1e-2 if h else 1e-3}
+              for ps, wd in ((decay, 0.01), (no_decay, 0.0)) for h in (False, True)]
+    adam = torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=1e-8)
+    torch.nn.functional.cross_entropy(mine(**batch), labels).backward()
+    torch.nn.utils.clip_grad_norm_(mine.parameters(), 0.5)
+    adam.step()
+    for (name, a), b in zip(mine.state_dict().items(), ours.state_dict().values(), strict=True):
+        torch.testing.assert_close(b, a, atol=1e-7, rtol=0, msg=name)
+
+
+# ------------------------------------------------------------------------------ the command line, generated
+
+
+def test_command_line_comes_from_the_config():
+    cfg, cmd = ft.parse_args(["--profile", "full", "--out", "x", "--max-length", "256", "--head_lr", "5e-4",
+                              "--remove-headers", "--no-export"])
+    assert cfg == ft.profile_config("full", max_length=256, head_lr=5e-4, remove_headers=True)
+    assert (cmd.out, cmd.no_export, cmd.stop_after_steps) == ("x", True, None)
+    cfg, cmd = ft.parse_args(["--profile", "quick", "--out", "y", "--all-data"])
+    assert (cfg.train_size, cfg.test_size, cfg.epochs) == (None, None, ft.FinetuneConfig().epochs)
+
+
+def test_command_line_names_bad_values(capsys):
+    for argv, message in [(["--out", "x", "--truncation", "tail"], "truncation"),
+                          (["--out", "x", "--max-length", "4"], "max_length must be at least 8"),
+                          (["--max-length", "64"], "--out")]:
+        with pytest.raises(SystemExit):
+            ft.parse_args(argv)
+        assert message in capsys.readouterr().err
+
+
+def test_help_lists_every_setting():
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-m", "bertlib.finetune", "--help"], cwd=ROOT, env=env, text=True,
+                         capture_output=True, check=True).stdout
+    import dataclasses
+
+    for f in dataclasses.fields(ft.FinetuneConfig) + dataclasses.fields(ft.CommandArgs):
+        assert f"--{f.name.replace('_', '-')}" in out or f"--{f.name}" in out, f.name
+
+
+# ------------------------------------------------------------------------------------------ BertClassifier
+
+
+def test_padding_row_gets_no_gradient_as_in_hugging_face():
+    """With no attention mask, [PAD] tokens reach the loss. HF's padding_idx keeps the [PAD] embedding's gradient
+    at zero; ours must too, and every other row's gradient must match HF's."""
+    from bertlib.export import to_hf_classifier
+
+    ours = _tiny_classifier().eval()
+    hf = to_hf_classifier(ours, ["a", "b", "c"]).eval()
+    ids = torch.tensor([[2, 7, 0, 0, 3], [2, 0, 9, 11, 3]])  # pad id 0 inside and after the text
+    labels = torch.tensor([0, 2])
+    torch.nn.functional.cross_entropy(ours(ids), labels).backward()
+    torch.nn.functional.cross_entropy(hf(input_ids=ids).logits, labels).backward()
+    g_ours = ours.bert.embeddings.word_embeddings.weight.grad
+    g_hf = hf.bert.embeddings.word_embeddings.weight.grad
+    assert torch.count_nonzero(g_hf[0]) == 0 and torch.count_nonzero(g_ours[0]) == 0
+    assert g_ours[7].abs().max() > 0, "a real token's row must still learn"
+    torch.testing.assert_close(g_ours, g_hf, atol=1e-6, rtol=1e-4)
+
+
+def test_classifier_builds_its_weights_once_and_follows_to_and_load_state_dict():
+    model = _tiny_classifier()
+    batch, _ = _tiny_batch(0)
+    weights = model._weights
+    model(**batch)
+    assert model._weights is weights, "the parameter dict is rebuilt on every call"
+    model.double()
+    assert model(**batch).dtype == torch.float64
+    model.float()
+    other = _tiny_classifier(seed=5)
+    model.load_state_dict({k: v.clone() for k, v in other.state_dict().items()}, assign=True)
+    torch.testing.assert_close(model(**batch), other(**batch), atol=0, rtol=0)
+    model(**batch).sum().backward()  # the gradient reaches the parameters the module now holds
+    assert all(p.grad is not None for n, p in model.named_parameters() if "pooler" in n)

@@ -70,13 +70,16 @@ def test_pruning_equals_masking_random_model(prune):
     sd, config, _ = random_model(seed=3, dtype=torch.float64)
     batch = random_inputs(config, batch=3, seq=11, seed=4)
     real = batch["attention_mask"].bool()
-    pruned = HP.prune_heads(sd, config, prune)
+    pruned, pruned_config = HP.prune(sd, config, prune)
     assert HP.heads_per_layer(pruned, config) == [4 - len(prune.get(i, [])) for i in range(2)]
-    ours = HP.pruned_bert_forward(pruned, config, **batch)
+    assert pruned_config.pruned_heads == prune and not getattr(config, "pruned_heads", None)  # config not changed
+    ours = bertlib.bert_forward(pruned, pruned_config, **batch)
+    assert torch.equal(HP.pruned_bert_forward(pruned, pruned_config, **batch).last_hidden_state,
+                       ours.last_hidden_state)
     ref = bertlib.bert_forward(sd, config, **batch, head_mask=HP.head_mask_for(config, prune, dtype=torch.float64))
     assert_close(ours.last_hidden_state[real], ref.last_hidden_state[real], **F64)
     assert_close(ours.pooler_output, ref.pooler_output, **F64)
-    sdpa = HP.pruned_bert_forward(pruned, config, **batch, attn_implementation="sdpa")
+    sdpa = bertlib.bert_forward(pruned, pruned_config, **batch, attn_implementation="sdpa")
     assert_close(sdpa.last_hidden_state[real], ref.last_hidden_state[real], **F64)
     d = config.hidden_size // config.num_attention_heads
     removed = sum(len(v) for v in prune.values())
@@ -84,24 +87,34 @@ def test_pruning_equals_masking_random_model(prune):
     assert HP.attention_parameters(sd, config) - HP.attention_parameters(pruned, config) == removed * per_head
 
 
-def test_pruning_in_steps_renumbers_heads():
+def test_pruning_in_steps_keeps_original_head_numbers():
+    """HF 4.x semantics (PreTrainedModel.prune_heads, find_pruneable_heads_and_indices): heads keep their original
+    numbers across calls, heads already pruned are ignored, repeats count once, layer -1 is the last layer, and
+    config.pruned_heads records the union."""
     sd, config, _ = random_model(seed=5, dtype=torch.float64)
     batch = random_inputs(config, batch=2, seq=7, seed=6)
-    at_once = HP.prune_heads(sd, config, {0: [1, 3]})
-    first = HP.prune_heads(sd, config, {0: [1]})  # heads 0, 2, 3 remain, renumbered 0, 1, 2
-    second = HP.prune_heads(first, config, {0: [2]})  # old head 3
+    at_once, at_once_config = HP.prune(sd, config, {0: [1, 3], 1: [2]})
+    first, first_config = HP.prune(sd, config, {0: [1]})
+    second, second_config = HP.prune(first, first_config, {0: [3, 1, 3], -1: [2]})  # 1 again: ignored
     for k in at_once:
         assert torch.equal(at_once[k], second[k]), k
-    with pytest.raises(ValueError, match="heads 0..2"):
-        HP.prune_heads(first, config, {0: [3]})
+    assert second_config.pruned_heads == at_once_config.pruned_heads == {0: [1, 3], 1: [2]}
+    same, same_config = HP.prune(second, second_config, {0: [1, 3]})  # nothing new: nothing changes
+    assert all(same[k] is second[k] for k in second) and same_config.pruned_heads == second_config.pruned_heads
+    assert_close(bertlib.bert_forward(second, second_config, **batch).last_hidden_state,
+                 bertlib.bert_forward(at_once, at_once_config, **batch).last_hidden_state, atol=0.0, rtol=0.0)
+    with pytest.raises(ValueError, match="heads 0..3"):
+        HP.prune(sd, config, {0: [4]})
     with pytest.raises(ValueError, match="layer 5"):
-        HP.prune_heads(sd, config, {5: [0]})
-    with pytest.raises(ValueError, match="repeat"):
-        HP.prune_heads(sd, config, {0: [1, 1]})
+        HP.prune(sd, config, {5: [0]})
+    with pytest.raises(ValueError, match="layer -3"):
+        HP.prune(sd, config, {-3: [0]})
     with pytest.raises(TypeError, match="mapping"):
-        HP.prune_heads(sd, config, [(0, 1)])
-    assert torch.equal(HP.pruned_bert_forward(sd, config, **batch).last_hidden_state,
-                       HP.pruned_bert_forward(HP.prune_heads(sd, config, {}), config, **batch).last_hidden_state)
+        HP.prune(sd, config, [(0, 1)])
+    with pytest.raises(ValueError, match="layer 0's attention weights hold 3 heads.*prune\\(\\) returned"):
+        bertlib.bert_forward(first, config, **batch)  # pruned weights, unpruned config: a short error
+    assert torch.equal(bertlib.bert_forward(sd, config, **batch).last_hidden_state,
+                       bertlib.bert_forward(*HP.prune(sd, config, {}), **batch).last_hidden_state)
 
 
 def test_pruned_weights_run_in_transformers_5(pretrained, real_batch):
@@ -110,7 +123,7 @@ def test_pruned_weights_run_in_transformers_5(pretrained, real_batch):
     runs the pruned weights through HF's own code."""
     sd, config = pretrained.state_dict, pretrained.config
     prune = {0: [0, 5], 2: list(range(config.num_attention_heads // 2)), config.num_hidden_layers - 1: [3]}
-    pruned = HP.prune_heads(sd, config, prune)
+    pruned, pruned_config = HP.prune(sd, config, prune)
     hf = copy.deepcopy(bertlib.to_hf_model(pretrained, attn_implementation="eager"))
     with torch.no_grad():
         for i, layer in enumerate(hf.encoder.layer):
@@ -127,7 +140,10 @@ def test_pruned_weights_run_in_transformers_5(pretrained, real_batch):
             dense.bias.copy_(pruned[f"encoder.layer.{i}.attention.output.dense.bias"])
             att.output.dense = dense
         ref = hf(**real_batch).last_hidden_state
-    ours = HP.pruned_bert_forward(pruned, config, **real_batch).last_hidden_state
+        # bertlib.to_hf_model does the same swap for a pruned config
+        ref2 = bertlib.to_hf_model(bertlib.Pretrained(pruned, pruned_config, None, "pruned"))(**real_batch)
+    assert torch.equal(ref2.last_hidden_state, ref)
+    ours = bertlib.bert_forward(pruned, pruned_config, **real_batch).last_hidden_state
     masked = bertlib.bert_forward(sd, config, **real_batch,
                                   head_mask=HP.head_mask_for(config, prune, device=ours.device))
     real = real_batch["attention_mask"].bool()

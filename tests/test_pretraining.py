@@ -292,3 +292,41 @@ def test_training_reduces_both_losses_and_exports_to_hf():
         ref = hf(input_ids=ids[:8], token_type_ids=types[:8])
     assert_close(ours.prediction_logits, ref.prediction_logits, **F32)
     assert_close(ours.seq_relationship_logits, ref.seq_relationship_logits, **F32)
+
+
+def test_train_step_is_the_step_written_out():
+    """sample_batch + train_step = a batch masked by hand, forward, MLM + NSP loss, backward, clip, AdamW (HF's
+    decay rule), schedule step; and pretrain's first steps are exactly these."""
+    g = torch.Generator().manual_seed(1)
+    n, vocab = 64, 40
+    ids = torch.cat([torch.full((n, 1), 2), torch.randint(5, vocab, (n, 10), generator=g), torch.full((n, 1), 3)], 1)
+    special = ((ids == 2) | (ids == 3)).long()
+    data = P.PretrainingData(ids, torch.zeros_like(ids), torch.ones_like(ids), special,
+                             torch.randint(2, (n,), generator=g), vocab, 4)
+    config = BertConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=12, pad_token_id=0, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0)
+    lib = P.BertPretrainingModel(P.init_state_dict(config, seed=0), config).train()
+    by_hand, via_pretrain = copy.deepcopy(lib), copy.deepcopy(lib)
+    batch = P.sample_batch(data, 16, torch.Generator().manual_seed(7))
+    opt = bertlib.optimization.adamw(lib, 1e-2, 0.01, eps=P.PRETRAIN_ADAM_EPS)
+    sched = bertlib.optimization.schedule(opt, 4, 0.0)
+    out = P.train_step(lib, batch, opt, sched)
+
+    decay = [p for name, p in by_hand.named_parameters() if not (name.endswith("bias") or "LayerNorm" in name)]
+    rest = [p for name, p in by_hand.named_parameters() if name.endswith("bias") or "LayerNorm" in name]
+    adam = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01}, {"params": rest, "weight_decay": 0.0}],
+                             lr=1e-2, eps=1e-6)
+    mine = P.bert_for_pretraining(by_hand.weights(), config, **batch, training=True, attn_implementation="sdpa")
+    assert_close(mine.loss, out.loss, **F32)
+    mine.loss.backward()
+    torch.nn.utils.clip_grad_norm_(by_hand.parameters(), 1.0)
+    adam.step()
+    for (name, a), b in zip(by_hand.state_dict().items(), lib.state_dict().values(), strict=True):
+        assert_close(b, a, atol=1e-6, rtol=0, msg=name)
+    assert sched.get_last_lr() == [1e-2 * 3 / 4] * 2  # two groups: decay and no decay
+
+    hist = P.pretrain(via_pretrain, data, steps=1, batch_size=16, lr=1e-2, warmup=0.0, seed=7)
+    for (name, a), b in zip(lib.state_dict().items(), via_pretrain.state_dict().values(), strict=True):
+        assert_close(b, a, atol=1e-6, rtol=0, msg=name)
+    assert hist.lr == [1e-2] and hist.total == [out.loss.item()]

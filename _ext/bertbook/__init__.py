@@ -3,7 +3,7 @@
 - :mod:`bertbook.offline`: the built HTML makes no request outside its own origin (require.js, d3, jQuery and
   MathJax come from npm at build time and are served from ``_vendor/``; CDN URLs are rewritten; an external
   resource left in a page is a warning, an error under ``-W``).
-- :mod:`bertbook.measure`: each executed chapter states the run time and peak memory the build measured.
+- :mod:`bertbook.measure`: each executed chapter states, at its end, the run time and peak memory the build measured.
 - :mod:`bertbook.cachekey`: the execution cache is emptied when ``bertlib``, the settings or the package versions
   differ from those it was filled under (it may have been filled by ``make test``'s nbval run).
 - ``static/bertbook.css``: wide interactive outputs (bertviz ``model_view``) scroll inside their own box.
@@ -38,6 +38,7 @@ def _fresh_cache(app: Sphinx) -> None:
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("config-inited", offline.use_vendored_mathjax)
     app.connect("builder-inited", _fresh_cache)
     app.connect("builder-inited", _add_static)
     app.connect("builder-inited", offline.copy_assets)
@@ -46,7 +47,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("doctree-read", measure.after_read)
     app.connect("env-purge-doc", measure.purge)
     app.connect("env-merge-info", measure.merge)
-    # after sphinx.ext.mathjax (priority 500) has added its script tag
+    # after sphinx.ext.mathjax (priority 500) has added its script tag, so the check below sees it too
     app.connect("html-page-context", offline.rewrite_page, priority=900)
     app.connect("build-finished", offline.check_written_pages)
     app.connect("build-finished", measure.write_summary)

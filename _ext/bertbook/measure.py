@@ -134,7 +134,8 @@ def _paragraph(text: str) -> nodes.paragraph:
 
 
 def after_read(app: Sphinx, doctree: nodes.document) -> None:
-    """doctree-read: attach the measurement to the executed notebook's page, right under its title."""
+    """doctree-read: attach the measurement to the executed notebook's page, at the end of its content (after the
+    exercises): the page opens with the chapter, not with the build's bookkeeping."""
     docname = app.env.docname
     os.environ.pop(ENV_VAR, None)
     exec_data = _exec_data(app, docname)
@@ -163,11 +164,7 @@ def after_read(app: Sphinx, doctree: nodes.document) -> None:
     box += _paragraph(measured)
     box += _paragraph(gpu)
     section = doctree.next_node(nodes.section)
-    if section is None:
-        doctree.insert(0, box)
-        return
-    index = section.first_child_matching_class(nodes.title)
-    section.insert(0 if index is None else index + 1, box)
+    (doctree if section is None else section).append(box)
 
 
 def purge(app: Sphinx, env: Any, docname: str) -> None:

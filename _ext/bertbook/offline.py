@@ -4,8 +4,9 @@ The assets come from the npm registry at build time (``package.json`` + ``packag
 are copied to ``<outdir>/_vendor/``, *not* ``_static/``: Jupyter Book 1 injects every ``*.js`` of ``_static`` into
 every page, and a require.js loaded before MathJax breaks it ("Mismatched anonymous define() module").
 
-At ``html-page-context`` the CDN URLs that Sphinx (MathJax) and bertviz's outputs (require.js, and the d3/jQuery
-``require.config`` paths) put in a page are rewritten to the vendored copies, relative to the page. Any external
+MathJax is pointed at its vendored copy through Sphinx's public ``mathjax_path`` setting (``config-inited``); at
+``html-page-context`` the CDN URLs that bertviz's outputs (require.js, and the d3/jQuery ``require.config`` paths)
+put in a page are rewritten to the vendored copies, relative to the page. Any external
 script, stylesheet, image or frame left in a page afterwards is a warning (an error under ``-W``), checked both
 in the page context and in the written HTML files.
 """
@@ -26,6 +27,10 @@ from sphinx.util import logging
 logger = logging.getLogger(__name__)
 
 VENDOR = "_vendor"
+#: Kernels started by the build (and by the nbval run that fills its cache) get ``BERTLIB_BERTVIZ_ASSETS=cdn``: bertlib
+#: then leaves bertviz's CDN URLs in the outputs for :func:`rewrite_page`, instead of inlining its own copies of
+#: require.js, d3 and jQuery into every view as it does in a live notebook (``bertlib/notebook.py``).
+BERTVIZ_ASSETS_ENV = "BERTLIB_BERTVIZ_ASSETS"
 
 #: npm file (relative to node_modules) -> file under _vendor/. require.js paths are given without ".js".
 FILES = {
@@ -125,7 +130,8 @@ def ensure_npm_assets(app: Sphinx) -> Path:
 
 def copy_assets(app: Sphinx) -> None:
     """builder-inited: install the npm assets and copy them to ``<outdir>/_vendor`` (before pages are written,
-    so Sphinx can checksum the MathJax script)."""
+    so Sphinx can checksum the MathJax script). Kernels this build starts leave bertviz's CDN URLs for the rewrite."""
+    os.environ.setdefault(BERTVIZ_ASSETS_ENV, "cdn")
     if app.builder.format != "html":
         return
     modules = ensure_npm_assets(app)
@@ -157,12 +163,17 @@ def _prefix(context: dict[str, Any]) -> str:
     return up[: -len("index.html")] if up.endswith("index.html") else ""
 
 
+def use_vendored_mathjax(app: Sphinx, config: Any) -> None:
+    """config-inited: point ``mathjax_path`` (a public ``sphinx.ext.mathjax`` setting) at the vendored MathJax, so
+    no page ever names the CDN. Sphinx puts a relative path under ``_static/``, hence the ``../``."""
+    config.mathjax_path = f"../{VENDOR}/{MATHJAX_ENTRY}"
+
+
 def rewrite_page(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
-    """html-page-context (after sphinx.ext.mathjax): point scripts and outputs at the vendored copies."""
+    """html-page-context: point bertviz's outputs at the vendored copies (MathJax already is:
+    :func:`use_vendored_mathjax`), drop duplicate inline scripts, and warn about any external resource left."""
     if app.builder.format != "html":
         return
-    from sphinx.builders.html._assets import _JavaScript
-
     prefix = _prefix(context)
     if not context.get("default_mode"):
         # pydata-sphinx-theme logs a console error ("Got invalid theme mode") when no mode is set
@@ -170,18 +181,14 @@ def rewrite_page(app: Sphinx, pagename: str, templatename: str, context: dict[st
     scripts, inline_seen = [], set()
     for js in context.get("script_files", []):
         filename = os.fspath(getattr(js, "filename", js) or "")
-        if isinstance(js, _JavaScript) and not filename:
+        attributes = getattr(js, "attributes", None)
+        if isinstance(attributes, dict) and not filename:
             # sphinx-thebe's `const THEBE_JS_URL = ...` is added twice under Jupyter Book: a SyntaxError in
             # the browser console. An identical inline script twice is never useful: keep the first.
-            key = tuple(sorted(js.attributes.items()))
+            key = tuple(sorted(attributes.items()))
             if key in inline_seen:
                 continue
             inline_seen.add(key)
-        new, n = rewrite_cdn_urls(filename, "")
-        if n and isinstance(js, _JavaScript):
-            js = _JavaScript(new, priority=js.priority, **js.attributes)
-        elif n:
-            js = new
         scripts.append(js)
     context["script_files"] = scripts
     for key in ("body", "metatags"):

@@ -20,10 +20,18 @@ VIEWPORT = {"width": 1280, "height": 900}
 HERE = Path(__file__).resolve().parent
 
 
-def missing_prerequisite() -> str | None:
-    """Why the browser tests cannot run here, or None."""
-    if not (HTML / "index.html").exists():
+def missing_prerequisite(book: bool = True) -> str | None:
+    """Why the browser tests cannot run here, or None. ``book=False``: the live-notebook test
+    (test_lab_offline.py), which needs JupyterLab and the npm copies of bertviz's assets instead of a built book."""
+    if book and not (HTML / "index.html").exists():
         return f"no built book at {HTML}: run `make book` first (or set BOOK_HTML)"
+    if not book:
+        try:
+            import jupyterlab  # noqa: F401
+        except ImportError:
+            return "JupyterLab is missing: pip install -e '.[browser]' (or `make lab`)"
+        if not (ROOT / "node_modules" / "requirejs" / "require.js").exists():
+            return "no node_modules/ (bertviz's require.js, d3, jQuery): run `npm ci` (make book / make lab do)"
     if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
         return f"chromium not found at {CHROMIUM}: `apt-get install -y chromium` (Debian) or set CHROMIUM"
     try:

@@ -40,15 +40,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     mine = [item for item in items if HERE in Path(str(item.fspath)).resolve().parents]
     if not mine:
         return
-    if not _requested(config):
-        reason = "browser tests run on the built book: `make browser-test` after `make book` (or pytest tests/browser)"
-    else:
-        reason = missing_prerequisite()
-        if reason and os.environ.get("BOOK_BROWSER_REQUIRED"):
-            raise pytest.UsageError(f"browser tests required but cannot run: {reason}")
-    if reason:
-        for item in mine:
-            item.add_marker(pytest.mark.skip(reason=reason))
+    for book in (True, False):  # test_lab_offline.py runs a live notebook: it needs JupyterLab, not a built book
+        group = [item for item in mine if (Path(str(item.fspath)).name != "test_lab_offline.py") == book]
+        if not group:
+            continue
+        if not _requested(config):
+            reason = ("browser tests run on the built book and in JupyterLab: `make browser-test` after `make book` "
+                      "(or pytest tests/browser)")
+        else:
+            reason = missing_prerequisite(book=book)
+            if reason and os.environ.get("BOOK_BROWSER_REQUIRED"):
+                raise pytest.UsageError(f"browser tests required but cannot run: {reason}")
+        if reason:
+            for item in group:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 # ----------------------------------------------------------------------------------------------- fixtures

@@ -1,0 +1,491 @@
+"""Write the book's diagrams, ``figures/*.svg``, from this source: ``python figures/make_figures.py``.
+
+Every diagram is plain SVG drawn here with a few helpers (no plotting library, no fonts or images from the web),
+so it reads offline and diffs as text. ``tests/test_figures.py`` fails when a committed SVG differs from what this
+script writes (run it again after a change), when a ``bertlib`` name a diagram shows no longer exists, or when a
+chapter's figure cell points at a missing file or lacks alt text.
+
+Colours: lines and text use ``currentColor`` on a transparent background, with the SVG's ``color`` set to a
+near-black; highlights are a translucent orange. In the HTML book's dark mode ``_ext/bertbook/static/bertbook.css``
+inverts the lightness of every ``img.bert-diagram`` (and turns the hues back), so lines become light on the dark
+page and the highlight stays orange.
+
+Diagrams (``python figures/make_figures.py --list`` prints them):
+
+- ``bert_architecture.svg``: token ids → embeddings → N × encoder layer → pooler → task head, with the ``bertlib``
+  functions and tensor shapes (``intro.md``); ``bert_architecture_chNN.svg``: the same with chapter NN's part
+  highlighted ("you are here", chapters 2-8).
+- ``attention_head.svg`` (chapter 4), ``head_split.svg`` (chapter 5), ``pipeline_stages.svg`` (chapter 10),
+  ``mlm_nsp_input.svg`` (chapter 11).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+from html import escape
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+INK = "#24292f"          # lines and text (currentColor)
+HIGHLIGHT = "#f08c00"    # "you are here"
+FONT = "'DejaVu Sans', 'Helvetica Neue', Helvetica, Arial, sans-serif"
+MONO = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
+#: One colour per attention head (head 1, 2, 3, last) in the head-split diagram; readable on white and, inverted
+#: and hue-rotated back, on the dark theme.
+HEAD_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#b279a2")
+
+STYLE = f"""
+    text {{ font-family: {FONT}; font-size: 13px; fill: currentColor; }}
+    .code {{ font-family: {MONO}; font-size: 12px; }}
+    .small {{ font-size: 11.5px; }}
+    .title {{ font-weight: bold; }}
+    .shape {{ font-family: {MONO}; font-size: 11.5px; opacity: 0.8; }}
+    .tag {{ font-size: 11px; opacity: 0.75; }}
+    .box {{ fill: none; stroke: currentColor; stroke-width: 1.3; }}
+    .frame {{ fill: none; stroke: currentColor; stroke-width: 1.1; stroke-dasharray: 5 4; }}
+    .line {{ fill: none; stroke: currentColor; stroke-width: 1.3; }}
+    .here {{ fill: {HIGHLIGHT}; fill-opacity: 0.3; stroke: {HIGHLIGHT}; stroke-width: 3; stroke-dasharray: none; }}
+    .here-frame {{ fill: {HIGHLIGHT}; fill-opacity: 0.08; stroke: {HIGHLIGHT}; stroke-width: 3;
+                  stroke-dasharray: none; }}
+    .callout {{ fill: {HIGHLIGHT}; font-weight: bold; }}
+    .callout-line {{ fill: none; stroke: {HIGHLIGHT}; stroke-width: 2; }}
+"""
+
+
+# ----------------------------------------------------------------------------------------------- SVG helpers
+
+class Svg:
+    """A list of SVG elements in a fixed-size canvas; :meth:`render` gives the file's text."""
+
+    def __init__(self, width: int, height: int, title: str, desc: str) -> None:
+        self.width, self.height, self.title, self.desc = width, height, title, desc
+        self.items: list[str] = []
+
+    def rect(self, x: float, y: float, w: float, h: float, cls: str = "box", rx: float = 6,
+             style: str = "") -> None:
+        extra = f' style="{style}"' if style else ""
+        self.items.append(f'<rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" rx="{rx:g}" class="{cls}"{extra}/>')
+
+    def text(self, x: float, y: float, s: str, cls: str = "", anchor: str = "start", rotate: bool = False) -> None:
+        c = f' class="{cls}"' if cls else ""
+        a = f' text-anchor="{anchor}"' if anchor != "start" else ""
+        r = f' transform="rotate(-90 {x:g} {y:g})"' if rotate else ""
+        self.items.append(f'<text x="{x:g}" y="{y:g}"{c}{a}{r}>{escape(s)}</text>')
+
+    def line(self, points: Iterable[tuple[float, float]], arrow: bool = True, cls: str = "line") -> None:
+        pts = " ".join(f"{x:g},{y:g}" for x, y in points)
+        marker = ' marker-end="url(#arrow)"' if arrow else ""
+        self.items.append(f'<polyline points="{pts}" class="{cls}"{marker}/>')
+
+    def render(self) -> str:
+        head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{self.width}" height="{self.height}" '
+                f'viewBox="0 0 {self.width} {self.height}" role="img" aria-labelledby="title desc" '
+                f'style="color: {INK}; background: transparent">\n'
+                f'<title id="title">{escape(self.title)}</title>\n<desc id="desc">{escape(self.desc)}</desc>\n'
+                f'<style>{STYLE}</style>\n'
+                '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
+                'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="currentColor"/></marker></defs>\n')
+        return head + "\n".join(self.items) + "\n</svg>\n"
+
+
+def _box(svg: Svg, x: float, y: float, w: float, h: float, lines: list[tuple[str, str]], here: bool = False,
+         frame: bool = False) -> None:
+    """A box with centred lines of text, each ``(text, css class)``."""
+    svg.rect(x, y, w, h, ("here-frame" if frame else "here") if here else ("frame" if frame else "box"))
+    step = 16
+    top = y + h / 2 - (len(lines) - 1) * step / 2 + 4.5
+    for i, (s, cls) in enumerate(lines):
+        svg.text(x + w / 2, top + i * step, s, cls, anchor="middle")
+
+
+# ------------------------------------------------------------------------------------------ the architecture
+
+#: The parts of the architecture diagram each chapter highlights.
+CHAPTER_PARTS: dict[int, tuple[str, ...]] = {
+    2: ("embeddings",),
+    3: ("ln_embeddings", "ln_attention", "ln_ffn"),
+    4: ("head_1",),
+    5: ("self_attention",),
+    6: ("encoder_layer", "attention_output", "feed_forward"),
+    7: ("encoder",),
+    8: ("pooler", "task_head"),
+}
+CHAPTER_TITLES = {2: "Embeddings", 3: "LayerNorm", 4: "Attention, one head", 5: "All heads, batched",
+                  6: "The encoder layer", 7: "The encoder loop", 8: "Pooler and classifier head"}
+#: Which bertlib names each chapter's part is, for the caption and the "you are here" note.
+CHAPTER_NAMES = {2: "bertlib.embeddings", 3: "bertlib.layer_norm", 4: "bertlib.attention_head",
+                 5: "bertlib.self_attention", 6: "bertlib.encoder_layer", 7: "bertlib.encoder",
+                 8: "bertlib.pooler, bertlib.BertClassifier"}
+
+#: Every bertlib name a diagram shows (tests/test_figures.py checks that each one exists).
+BERTLIB_NAMES = (
+    "embeddings", "layer_norm", "attention_head", "extended_attention_mask", "transpose_for_scores",
+    "self_attention", "attention_output", "feed_forward", "encoder_layer", "encoder", "bert_forward", "pooler",
+    "BertClassifier", "head_slice", "pipeline.preprocess", "pipeline.forward", "pipeline.postprocess",
+    "pipeline.classify", "pretraining.mask_tokens", "pretraining.nsp_pairs", "pretraining.tokenize_pairs",
+    "pretraining.mlm_logits", "pretraining.nsp_logits",
+)
+
+
+def architecture(chapter: int | None = None) -> Svg:
+    """BERT from token ids to the task head; ``chapter`` (2-8) highlights that chapter's part."""
+    here = set(CHAPTER_PARTS.get(chapter, ())) if chapter else set()
+    if chapter:
+        title = f"You are here: chapter {chapter}, {CHAPTER_TITLES[chapter]}, in BERT's architecture"
+        desc = (f"BERT's forward pass from token ids to the task head, with chapter {chapter}'s part "
+                f"({CHAPTER_NAMES[chapter]}) highlighted in orange.")
+    else:
+        title, desc = "BERT's architecture, with the bertlib functions that compute each part", ""
+    desc = (desc + " Token ids (batch, seq) go into the embeddings (word + position + token type, then LayerNorm; "
+            "bertlib.embeddings), giving (batch, seq, hidden). The encoder (bertlib.encoder) applies N encoder layers "
+            "(bertlib.encoder_layer), each: multi-head self-attention (bertlib.self_attention; one head is "
+            "bertlib.attention_head), then dense, dropout, add and LayerNorm (bertlib.attention_output), then the "
+            "feed-forward dense, GELU, dense, dropout, add and LayerNorm (bertlib.feed_forward). The pooler "
+            "(bertlib.pooler) turns the [CLS] vector into (batch, hidden); the task head (bertlib.BertClassifier) "
+            "gives (batch, num_labels) logits.").strip()
+    W, L, R = 700, 60, 500          # canvas width; main column from L to R
+    cx = (L + R) / 2
+    svg = Svg(W, 822, title, desc)
+    callouts: list[float] = []      # y of each highlighted element's centre (first one gets the note)
+
+    def mark(part: str, y: float) -> bool:
+        if part in here:
+            callouts.append(y)
+            return True
+        return False
+
+    def tag(y: float, s: str) -> None:
+        svg.text(L - 8, y + 4, s, "tag", anchor="end")
+
+    def shape(y: float, s: str) -> None:
+        svg.text(cx + 10, y + 4, s, "shape")
+
+    # token ids
+    _box(svg, L, 14, R - L, 44, [("Token ids from the tokenizer", "title"),
+                                 ("input_ids, token_type_ids, attention_mask", "code")])
+    tag(36, "ch. 1")
+    svg.line([(cx, 58), (cx, 88)])
+    shape(75, "(batch, seq)")
+
+    # embeddings
+    y = 88
+    svg.rect(L, y, R - L, 118, "here-frame" if mark("embeddings", y + 59) else "frame")
+    svg.text(L + 12, y + 20, "Embeddings", "title")
+    svg.text(R - 12, y + 20, "bertlib.embeddings", "code", anchor="end")
+    tag(y + 59, "ch. 2")
+    chips = [("word[input_ids]", 118), ("position", 92), ("token type (segment)", 150)]
+    x = L + 18
+    for i, (s, w) in enumerate(chips):
+        _box(svg, x, y + 32, w, 28, [(s, "small")])
+        if i < len(chips) - 1:
+            svg.text(x + w + 5, y + 51, "+", "title", anchor="start")
+        x += w + 20
+    svg.line([(cx, y + 60), (cx, y + 74)])
+    _box(svg, L + 20, y + 76, R - L - 40, 30, [("LayerNorm (bertlib.layer_norm) · dropout", "small")],
+         here=mark("ln_embeddings", y + 91))
+    tag(y + 95, "ch. 3")
+    svg.line([(cx, y + 118), (cx, y + 150)])
+    shape(y + 136, "(batch, seq, hidden)")
+
+    # encoder and one encoder layer
+    y = 238
+    svg.rect(L - 2, y, R - L + 4, 392, "here-frame" if mark("encoder", y + 196) else "frame")
+    svg.text(L + 10, y + 20, "Encoder: N layers", "title")
+    svg.text(R - 10, y + 20, "bertlib.encoder", "code", anchor="end")
+    tag(y + 20, "ch. 7")
+    ly = y + 34
+    svg.rect(L + 8, ly, R - L - 16, 346, "here-frame" if mark("encoder_layer", ly + 173) else "frame")
+    svg.text(L + 20, ly + 20, "Encoder layer (one of N)", "title")
+    svg.text(R - 18, ly + 20, "bertlib.encoder_layer", "code", anchor="end")
+    tag(ly + 60, "ch. 6")
+    bx, bw = L + 40, R - L - 60                   # boxes inside the layer
+    # multi-head self-attention
+    ay = ly + 40
+    svg.line([(cx, ly + 28), (cx, ay)])
+    sa = mark("self_attention", ay + 45)
+    svg.rect(bx, ay, bw, 90, "here" if sa else "box")
+    svg.text(bx + 10, ay + 18, "Multi-head self-attention", "title")
+    svg.text(bx + bw - 10, ay + 18, "bertlib.self_attention", "code", anchor="end")
+    tag(ay + 45, "ch. 4-5")
+    hx, hy = bx + 12, ay + 28
+    _box(svg, hx, hy, 130, 36, [("head 1", "small"), ("attention_head", "code")], here=mark("head_1", hy + 18))
+    for i, s in enumerate(("head 2", "…", "head A")):
+        _box(svg, hx + 142 + i * 62, hy, 54, 36, [(s, "small")])
+    svg.text(bx + bw / 2, ay + 82, "split: (batch, heads, seq, head_size) · merge back", "shape", anchor="middle")
+    # attention output: dense, dropout, add & LayerNorm
+    oy = ay + 110
+    svg.line([(cx, ay + 90), (cx, oy)])
+    ao = mark("attention_output", oy + 32)
+    svg.rect(bx, oy, bw, 64, "here" if ao else "box")
+    svg.text(bx + 10, oy + 18, "Attention output", "title")
+    svg.text(bx + bw - 10, oy + 18, "bertlib.attention_output", "code", anchor="end")
+    _box(svg, bx + 12, oy + 28, 150, 28, [("dense · dropout", "small")])
+    _box(svg, bx + 180, oy + 28, 150, 28, [("add & LayerNorm", "small")], here=mark("ln_attention", oy + 42))
+    svg.line([(bx + 162, oy + 42), (bx + 178, oy + 42)])
+    # feed-forward
+    fy = oy + 84
+    svg.line([(cx, oy + 64), (cx, fy)])
+    ff = mark("feed_forward", fy + 32)
+    svg.rect(bx, fy, bw, 64, "here" if ff else "box")
+    svg.text(bx + 10, fy + 18, "Feed-forward", "title")
+    svg.text(bx + bw - 10, fy + 18, "bertlib.feed_forward", "code", anchor="end")
+    _box(svg, bx + 12, fy + 28, 150, 28, [("dense → GELU → dense", "small")])
+    _box(svg, bx + 180, fy + 28, 150, 28, [("add & LayerNorm", "small")], here=mark("ln_ffn", fy + 42))
+    svg.line([(bx + 162, fy + 42), (bx + 178, fy + 42)])
+    svg.text(bx + bw / 2, fy + 78, "middle: (batch, seq, intermediate)", "shape", anchor="middle")
+    # residual connections: the layer's input to the first add, the attention output to the second
+    svg.line([(cx, ly + 33), (bx - 14, ly + 33), (bx - 14, oy + 62), (bx + 255, oy + 62), (bx + 255, oy + 57)])
+    svg.line([(cx, oy + 74), (bx - 8, oy + 74), (bx - 8, fy + 62), (bx + 255, fy + 62), (bx + 255, fy + 57)])
+    svg.text(bx - 17, oy - 30, "residual", "tag", anchor="middle", rotate=True)
+    # back to the top for the next layer
+    svg.line([(cx, fy + 64), (cx, ly + 346)], arrow=False)
+    svg.line([(R - 8, ly + 330), (R + 14, ly + 330), (R + 14, ly + 8), (R - 8, ly + 8)], cls="line")
+    svg.text(R + 19, ly + 70, "× N", "title")
+
+    # pooler and task head
+    py = y + 392 + 30
+    svg.line([(cx, y + 392), (cx, py)])
+    shape(y + 408, "(batch, seq, hidden)  last_hidden_state")
+    po = mark("pooler", py + 22)
+    _box(svg, L, py, R - L, 44, [("Pooler: [CLS] vector → dense → tanh", "title"), ("bertlib.pooler", "code")],
+         here=po)
+    tag(py + 26, "ch. 8")
+    ty = py + 44 + 30
+    svg.line([(cx, py + 44), (cx, ty)])
+    shape(py + 60, "(batch, hidden)  pooler_output")
+    th = mark("task_head", ty + 22)
+    _box(svg, L, ty, R - L, 44, [("Task head: dropout → dense → logits", "title"),
+                                 ("bertlib.BertClassifier", "code")], here=th)
+    tag(ty + 26, "ch. 8-9")
+    svg.line([(cx, ty + 44), (cx, ty + 70)])
+    shape(ty + 60, "(batch, num_labels)  logits")
+    svg.text(R + 12, 30, "bert_forward =", "code")
+    svg.text(R + 12, 46, "embeddings + encoder", "code")
+    svg.text(R + 12, 62, "+ pooler (chapter 7)", "code")
+
+    if callouts:
+        cy = callouts[0]
+        svg.line([(R + 92, cy), (R + 4, cy)], cls="callout-line")
+        svg.text(R + 96, cy - 2, "you are", "callout")
+        svg.text(R + 96, cy + 14, "here:", "callout")
+        svg.text(R + 96, cy + 30, f"chapter {chapter}", "callout")
+    return svg
+
+
+# -------------------------------------------------------------------------------------------- one head (ch. 4)
+
+def attention_head() -> Svg:
+    """Chapter 4: one head's Q, K, V → scores → mask → softmax → context, with shapes."""
+    svg = Svg(700, 330, "One attention head: queries, keys, values, scores, mask, softmax, context",
+              "The embeddings (batch, seq, hidden) are projected with head h's rows of the query, key and value "
+              "weights (bertlib.head_slice) into Q, K and V of shape (batch, seq, head_size). Scores are Q times K "
+              "transposed divided by the square root of head_size, (batch, seq, seq); the additive padding mask "
+              "(bertlib.extended_attention_mask: 0 for real keys, the most negative float for padding) is added; a "
+              "softmax over the keys gives probabilities whose rows sum to 1; probabilities times V give the "
+              "head's context, (batch, seq, head_size). bertlib.attention_head computes all of it.")
+    svg.text(350, 20, "bertlib.attention_head(state_dict, config, hidden, head, mask)", "code", anchor="middle")
+    _box(svg, 6, 135, 110, 56, [("hidden", "title"), ("(batch, seq,", "shape"), ("hidden)", "shape")])
+    names = [("Q = x W_Qᵀ + b_Q", 60), ("K = x W_Kᵀ + b_K", 150), ("V = x W_Vᵀ + b_V", 240)]
+    for s, y in names:
+        svg.line([(116, 163), (132, 163), (132, y + 22), (148, y + 22)])
+        _box(svg, 150, y, 176, 44, [(s, "small"), ("(batch, seq, head_size)", "shape")])
+    svg.text(238, 48, "head h's rows h·d … (h+1)·d − 1: head_slice", "tag", anchor="middle")
+    # scores from Q and K
+    svg.line([(326, 82), (338, 82), (338, 100), (344, 100)])
+    svg.line([(326, 172), (338, 172), (338, 118), (344, 118)])
+    _box(svg, 346, 86, 158, 46, [("scores = Q Kᵀ / √d", "small"), ("(batch, seq, seq)", "shape")])
+    svg.line([(425, 132), (425, 154)])
+    _box(svg, 346, 156, 158, 46, [("+ mask M", "small"), ("0 real, finfo.min pad", "shape")])
+    svg.text(512, 176, "extended_attention_mask", "code")
+    svg.text(512, 192, "(batch, 1, 1, seq)", "shape")
+    svg.line([(425, 202), (425, 224)])
+    _box(svg, 346, 226, 158, 46, [("softmax over keys", "small"), ("probs: rows sum to 1", "shape")])
+    # context = probs @ V
+    svg.line([(504, 249), (600, 249), (600, 268)])
+    svg.line([(326, 262), (338, 262), (338, 296), (518, 296)])
+    _box(svg, 520, 270, 176, 50, [("context = probs V", "small"), ("(batch, seq, head_size)", "shape")])
+    return svg
+
+
+# ----------------------------------------------------------------------------------------- head split (ch. 5)
+
+def head_split() -> Svg:
+    """Chapter 5: one projection for all heads, then view + permute into (batch, heads, seq, head_size)."""
+    svg = Svg(700, 430, "Splitting the projected queries into heads with view and permute",
+              "Top: the projected queries (batch, seq, hidden) for three tokens; each row is split into A blocks "
+              "of head_size numbers, one colour per head. Middle: view(batch, seq, heads, head_size) cuts each "
+              "token's row into its heads' blocks, stacked. Bottom: permute(0, 2, 1, 3) makes heads the second "
+              "dimension, (batch, heads, seq, head_size): each head gets a seq by head_size matrix of its own, the "
+              "input of chapter 4's computation. bertlib.transpose_for_scores does both steps; permute back and "
+              "reshape to (batch, seq, hidden) merges the heads again.")
+    heads = ("head 1", "head 2", "head 3", "head A")
+    cell, tokens = 14, ("t1", "t2", "t3")
+    seg = 4 * cell                                                   # head_size drawn as 4 cells
+
+    def block(x: float, y: float, colour: str, cols: int = 4) -> None:
+        svg.rect(x, y, cols * cell, cell, "box", rx=0, style=f"fill: {colour}; fill-opacity: 0.45")
+
+    # 1. projected: (batch, seq, hidden)
+    svg.text(10, 22, "1. q = F.linear(hidden, W_Q, b_Q)", "code")
+    svg.text(690, 22, "(batch, seq, hidden)", "shape", anchor="end")
+    x0 = 120
+    for r, t in enumerate(tokens):
+        y = 36 + r * (cell + 2)
+        svg.text(x0 - 10, y + 11, t, "small", anchor="end")
+        for h, colour in enumerate(HEAD_COLOURS):
+            gap = 30 if h == 3 else 0
+            block(x0 + h * (seg + 4) + gap, y, colour)
+        svg.text(x0 + 3 * (seg + 4) + 13, y + 11, "…", "small", anchor="middle")
+    for h, name in enumerate(heads):
+        svg.text(x0 + h * (seg + 4) + (30 if h == 3 else 0) + seg / 2, 100, name, "tag", anchor="middle")
+    svg.text(x0 + 4 * (seg + 4) + 40, 60, "hidden = heads × head_size", "small")
+    # 2. view
+    svg.line([(350, 108), (350, 128)])
+    svg.text(10, 148, "2. .view(batch, seq, heads, head_size)", "code")
+    svg.text(690, 148, "(batch, seq, heads, head_size)", "shape", anchor="end")
+    for r, t in enumerate(tokens):
+        x = 120 + r * 150
+        svg.text(x + seg / 2, 166, t, "small", anchor="middle")
+        for h, colour in enumerate(HEAD_COLOURS):
+            block(x, 174 + h * (cell + 2) + (8 if h == 3 else 0), colour)
+        svg.text(x + seg / 2, 174 + 3 * (cell + 2) + 5, "⋮", "small", anchor="middle")
+    svg.text(570, 200, "each token's row,", "small")
+    svg.text(570, 216, "cut into its heads", "small")
+    # 3. permute
+    svg.line([(350, 256), (350, 276)])
+    svg.text(10, 296, "3. .permute(0, 2, 1, 3)", "code")
+    svg.text(690, 296, "(batch, heads, seq, head_size)", "shape", anchor="end")
+    for h, (name, colour) in enumerate(zip(heads, HEAD_COLOURS, strict=True)):
+        x = 120 + h * 110 + (30 if h == 3 else 0)
+        svg.text(x + seg / 2, 316, name, "small", anchor="middle")
+        for r, t in enumerate(tokens):
+            block(x, 324 + r * (cell + 2), colour)
+            if h == 0:
+                svg.text(x - 8, 324 + r * (cell + 2) + 11, t, "tag", anchor="end")
+    svg.text(120 + 3 * 110 + 5, 350, "…", "title", anchor="middle")
+    svg.text(10, 396, "Each head now owns a (seq, head_size) matrix: chapter 4's head, for all heads in one matmul.",
+             "small")
+    svg.text(10, 416, "bertlib.transpose_for_scores = steps 2-3; merging = permute back + reshape(batch, seq, hidden).",
+             "small")
+    return svg
+
+
+# ---------------------------------------------------------------------------------------- pipeline (ch. 10)
+
+def pipeline_stages() -> Svg:
+    """Chapter 10: pipe(text) = preprocess → _forward → postprocess."""
+    svg = Svg(700, 300, "The three stages of a text-classification pipeline",
+              "A text goes through preprocess (the tokenizer: input_ids, token_type_ids and attention_mask of shape "
+              "(1, seq); bertlib.pipeline.preprocess), then _forward (the model in eval mode under no_grad: logits "
+              "of shape (1, num_labels); bertlib.pipeline.forward), then postprocess (softmax or sigmoid, the best "
+              "label and its score; bertlib.pipeline.postprocess). bertlib.pipeline.classify runs the three in "
+              "batches.")
+    svg.text(350, 20, 'pipe("some post")  →  [{"label": "sci.space", "score": 0.93}]', "code", anchor="middle")
+    stages = [
+        ("1. preprocess", "tokenizer: truncate, add [CLS]/[SEP]", "(1, seq) ids, segments, mask",
+         "pipe.preprocess", "bertlib.pipeline.preprocess"),
+        ("2. _forward", "model.eval(), torch.no_grad()", "(1, num_labels) logits",
+         "pipe.forward", "bertlib.pipeline.forward"),
+        ("3. postprocess", "softmax (or sigmoid), top label", '{"label": ..., "score": ...}',
+         "pipe.postprocess", "bertlib.pipeline.postprocess"),
+    ]
+    w, gap, y = 222, 17, 48
+    for i, (name, what, out, theirs, ours) in enumerate(stages):
+        x = 8 + i * (w + gap)
+        _box(svg, x, y, w, 150, [(name, "title"), (what, "small"), ("", ""), (theirs, "code"), (ours, "code"),
+                                 ("", ""), (out, "shape")])
+        if i < len(stages) - 1:
+            svg.line([(x + w, y + 75), (x + w + gap - 2, y + 75)])
+    svg.line([(8, 222), (692, 222)], arrow=True)
+    svg.text(350, 244, "bertlib.pipeline.classify(classifier, tokenizer, texts, id2label): all three, in batches",
+             "code", anchor="middle")
+    svg.text(350, 270, "Transformers' Pipeline.run_single calls the same three stages; chapter 10 proves each equal.",
+             "small", anchor="middle")
+    return svg
+
+
+# ------------------------------------------------------------------------------------------- MLM/NSP (ch. 11)
+
+def mlm_nsp_input() -> Svg:
+    """Chapter 11: one pre-training example: tokens, segments, positions, masking and the two targets."""
+    tokens = ["[CLS]", "the", "cat", "sat", "on", "the", "mat", "[SEP]", "it", "was", "warm", "[SEP]"]
+    masked = ["[CLS]", "the", "[MASK]", "sat", "on", "the", "dog", "[SEP]", "it", "was", "warm", "[SEP]"]
+    labels = ["-100", "-100", "cat", "-100", "-100", "-100", "mat", "-100", "-100", "was", "-100", "-100"]
+    segments = [0] * 8 + [1] * 4
+    svg = Svg(700, 324, "A pre-training input: a sentence pair, masked tokens and the two targets",
+              "Sentence A 'the cat sat on the mat' and sentence B 'it was warm' are packed as [CLS] A [SEP] B [SEP], "
+              "with segment ids 0 for [CLS], A and the first [SEP], and 1 for B and the last [SEP], and positions 0 "
+              "to 11. Masking (bertlib.pretraining.mask_tokens) chooses about 15% of the non-special tokens: here "
+              "'cat' becomes [MASK] (80% of chosen tokens), 'mat' becomes a random token 'dog' (10%) and 'was' stays "
+              "unchanged (10%). The MLM labels hold the original token at the chosen positions and -100 elsewhere. "
+              "The NSP label says whether B really followed A (IsNext) or was drawn from another document "
+              "(NotNext); it is predicted from the pooled [CLS] vector (bertlib.pretraining.nsp_logits).")
+    x0, cw = 112, 48
+    rows = [("tokens", tokens), ("segment ids", [str(s) for s in segments]),
+            ("positions", [str(i) for i in range(len(tokens))]), ("after masking", masked), ("MLM labels", labels)]
+    svg.text(x0 + 4 * cw, 18, "sentence A", "tag", anchor="middle")
+    svg.text(x0 + 9.5 * cw, 18, "sentence B", "tag", anchor="middle")
+    svg.line([(x0 + cw + 2, 24), (x0 + 7 * cw - 2, 24)], arrow=False)
+    svg.line([(x0 + 8 * cw + 2, 24), (x0 + 11 * cw - 2, 24)], arrow=False)
+    for r, (name, values) in enumerate(rows):
+        y = 34 + r * 40
+        svg.text(x0 - 8, y + 19, name, "small", anchor="end")
+        for i, v in enumerate(values):
+            chosen = r >= 3 and i in (2, 6, 9)
+            seg_b = r == 1 and segments[i] == 1
+            style = ""
+            if chosen:
+                style = f"fill: {HIGHLIGHT}; fill-opacity: 0.3"
+            elif seg_b:
+                style = f"fill: {HEAD_COLOURS[0]}; fill-opacity: 0.25"
+            svg.rect(x0 + i * cw, y, cw - 2, 28, "box", rx=3, style=style)
+            svg.text(x0 + i * cw + (cw - 2) / 2, y + 18, v, "code" if len(v) < 6 else "code small", anchor="middle")
+    svg.text(x0 + 2 * cw + 23, 250, "80%: [MASK]", "tag", anchor="middle")
+    svg.text(x0 + 6 * cw + 23, 250, "10%: random", "tag", anchor="middle")
+    svg.text(x0 + 9 * cw + 23, 250, "10%: kept", "tag", anchor="middle")
+    svg.text(10, 276, "bertlib.pretraining.mask_tokens chooses 15% of the non-special tokens; the MLM loss "
+             "(mlm_logits) sees only them.", "small")
+    svg.text(10, 296, "NSP label: IsNext / NotNext (nsp_pairs), predicted from the pooled [CLS] vector by "
+             "nsp_logits.", "small")
+    svg.text(10, 316, "tokenize_pairs packs pairs as [CLS] A [SEP] B [SEP] with segment ids 0 / 1.", "small")
+    return svg
+
+
+# ------------------------------------------------------------------------------------------------- outputs
+
+def figures() -> dict[str, Callable[[], Svg]]:
+    """File name -> the function that draws it."""
+    out: dict[str, Callable[[], Svg]] = {"bert_architecture.svg": architecture}
+    for chapter in CHAPTER_PARTS:
+        out[f"bert_architecture_ch{chapter:02d}.svg"] = lambda c=chapter: architecture(c)
+    out.update({"attention_head.svg": attention_head, "head_split.svg": head_split,
+                "pipeline_stages.svg": pipeline_stages, "mlm_nsp_input.svg": mlm_nsp_input})
+    return out
+
+
+def render_all() -> dict[str, str]:
+    """File name -> SVG text, exactly what :func:`main` writes."""
+    return {name: draw().render() for name, draw in figures().items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE, help="folder to write the SVGs into (default: figures/)")
+    parser.add_argument("--list", action="store_true", help="print the file names and exit")
+    args = parser.parse_args(argv)
+    rendered = render_all()
+    if args.list:
+        print("\n".join(rendered))
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, text in rendered.items():
+        (args.out / name).write_text(text, encoding="utf-8")
+    print(f"wrote {len(rendered)} SVGs to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
