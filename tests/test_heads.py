@@ -1,5 +1,6 @@
 """bertlib.heads (chapter 15): every task head and its loss against the transformers class holding the same weights,
-the decoder's causal mask against HF's, and the refusal of cross-attention."""
+on the encoder output of ``bertlib.bert_forward`` (causal for ``BertLMHeadModel``). The causal mask itself and the
+refusal of cross-attention are tested with the encoder, in test_hf_semantics.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from transformers import (
     BertForTokenClassification,
     BertLMHeadModel,
 )
-from transformers.masking_utils import create_causal_mask
 
 import bertlib
 from bertlib import heads as H
@@ -48,6 +48,11 @@ def real(batch: dict) -> torch.Tensor:
     return batch["attention_mask"].bool()
 
 
+def sequence_output(sd: dict, config: BertConfig, **batch) -> torch.Tensor:
+    """HF's ``sequence_output``: the encoder's last hidden state (causal when ``config.is_decoder``), no pooler."""
+    return bertlib.bert_forward(sd, config, **batch, add_pooling_layer=False).last_hidden_state
+
+
 def test_masked_lm_against_hf():
     model, sd = hf_model(BertForMaskedLM)
     batch = random_inputs(model.config, 3, 11, seed=1)
@@ -55,7 +60,7 @@ def test_masked_lm_against_hf():
                          torch.full_like(batch["input_ids"], -100)).masked_fill(~real(batch), -100)
     with torch.no_grad():
         theirs = model(**batch, labels=labels)
-        ours = H.masked_lm(sd, model.config, H.sequence_output(sd, model.config, **batch), labels)
+        ours = H.masked_lm(sd, model.config, sequence_output(sd, model.config, **batch), labels)
     assert_close(ours.logits[real(batch)], theirs.logits[real(batch)], **F32)
     assert_close(ours.loss, theirs.loss, **F32)
 
@@ -66,7 +71,7 @@ def test_causal_lm_against_hf_and_shifted_loss():
     labels = batch["input_ids"].masked_fill(~real(batch), -100)
     with torch.no_grad():
         theirs = model(**batch, labels=labels, use_cache=False)
-        ours = H.causal_lm(sd, model.config, H.sequence_output(sd, model.config, **batch), labels)
+        ours = H.causal_lm(sd, model.config, sequence_output(sd, model.config, **batch), labels)
     assert_close(ours.logits[real(batch)], theirs.logits[real(batch)], **F32)
     assert_close(ours.loss, theirs.loss, **F32)
     # the shift by hand: position t predicts token t + 1
@@ -74,21 +79,17 @@ def test_causal_lm_against_hf_and_shifted_loss():
     assert_close(ours.loss, by_hand, **F32)
 
 
-def test_causal_mask_equals_hf_and_hides_the_future():
-    config = small_config(is_decoder=True)
-    am = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
-    ours = H.causal_attention_mask(am)
-    theirs = create_causal_mask(config=config, inputs_embeds=torch.zeros(2, 5, 48), attention_mask=am, cache=None)
-    assert_close(ours, theirs, atol=0, rtol=0)
+def test_decoder_hides_the_future_encoder_does_not():
     model, sd = hf_model(BertLMHeadModel, is_decoder=True)
+    encoder_config = small_config(is_decoder=False)
     ids = torch.randint(0, 97, (2, 9), generator=torch.Generator().manual_seed(4))
     changed = ids.clone()
     changed[:, -1] = (ids[:, -1] + 1) % 97
     with torch.no_grad():
-        a, b = H.sequence_output(sd, model.config, ids), H.sequence_output(sd, model.config, changed)
-        enc = H.sequence_output(sd, model.config, changed, is_decoder=False)
+        a, b = (sequence_output(sd, model.config, input_ids=x) for x in (ids, changed))
+        enc_a, enc_b = (sequence_output(sd, encoder_config, input_ids=x) for x in (ids, changed))
     assert_close(a[:, :-1], b[:, :-1], atol=0, rtol=0)  # a later token changes no earlier vector
-    assert (enc[:, :-1] - H.sequence_output(sd, model.config, ids, is_decoder=False)[:, :-1]).abs().max() > 1e-3
+    assert (enc_a[:, :-1] - enc_b[:, :-1]).abs().max() > 1e-3
 
 
 def test_next_sentence_against_hf():
@@ -109,7 +110,7 @@ def test_token_classification_against_hf_and_dropout():
     labels = torch.randint(0, 5, (3, 10), generator=torch.Generator().manual_seed(7)).masked_fill(~real(batch), -100)
     with torch.no_grad():
         theirs = model(**batch, labels=labels)
-        seq_out = H.sequence_output(sd, model.config, **batch)
+        seq_out = sequence_output(sd, model.config, **batch)
         ours = H.token_classification(sd, model.config, seq_out, labels)
         dropped = H.token_classification(sd, model.config, seq_out, training=True)
     assert ours.logits.shape == (3, 10, 5)
@@ -125,7 +126,7 @@ def test_question_answering_against_hf_with_out_of_range_positions():
     start, end = torch.tensor([1, 4, 25]), torch.tensor([3, 4, 30])  # the last example's span lies outside: ignored
     with torch.no_grad():
         theirs = model(**batch, start_positions=start, end_positions=end)
-        ours = H.question_answering(sd, model.config, H.sequence_output(sd, model.config, **batch), start, end)
+        ours = H.question_answering(sd, model.config, sequence_output(sd, model.config, **batch), start, end)
     assert_close(ours.start_logits, theirs.start_logits, **F32)
     assert_close(ours.end_logits, theirs.end_logits, **F32)
     assert_close(ours.loss, theirs.loss, **F32)
@@ -151,11 +152,13 @@ def test_state_dict_from_hf_drops_the_prefix_and_the_tied_decoder():
     assert not any(k.startswith(("bert.", "cls.predictions.decoder")) or "position_ids" in k for k in sd)
 
 
-def test_bad_input_is_refused_with_the_fix():
-    model, sd = hf_model(BertForMaskedLM)
-    with pytest.raises(ValueError, match="add_cross_attention=False"):
-        H.sequence_output(sd, small_config(is_decoder=True, add_cross_attention=True), torch.zeros(1, 4).long())
-    with pytest.raises(ValueError, match="state_dict_from_hf"):
-        H.sequence_output({k: v for k, v in sd.items() if "layer.1." not in k}, model.config, torch.zeros(1, 4).long())
-    with pytest.raises(ValueError, match=r"\(batch, seq\)"):
-        H.causal_attention_mask(torch.ones(4))
+def test_a_missing_head_or_a_wrong_choice_count_is_refused_with_the_fix():
+    model, sd = hf_model(BertForTokenClassification)
+    h = torch.zeros(2, 5, 48)
+    encoder_only = {k: v for k, v in sd.items() if not k.startswith("classifier.")}
+    with pytest.raises(ValueError, match=r"classifier\.weight.*state_dict_from_hf"):
+        H.token_classification(encoder_only, model.config, h)
+    with pytest.raises(ValueError, match="cls.predictions"):
+        H.masked_lm(encoder_only, model.config, h)
+    with pytest.raises(ValueError, match="num_choices=3"):
+        H.multiple_choice(sd, model.config, torch.zeros(4, 48), 3)
