@@ -38,7 +38,7 @@ CHAPTERS = {
     "11_pretraining": "pre-training a small BERT from scratch (MLM, NSP)",
     "13_hf_attention": "head importance and pruning; random relative-position tables",
     "14_making_it_fast": "timing: fused kernels, SDPA, padding-free batches",
-    "15_bert_family": "fill-mask pre-training and capitalisation fine-tuning against their baselines",
+    "15_bert_family": "fill-mask pre-training and a capitalisation head trained against their baselines",
 }
 
 
