@@ -64,6 +64,13 @@ def padding_row_frozen(weight: torch.Tensor, pad_token_id: int | None) -> torch.
     return _NoGradientAtRow.apply(weight, pad_token_id)
 
 
+def classifier_dropout_prob(config: BertConfig) -> float:
+    """HF's rule for the dropout before a task head (``BertForSequenceClassification`` and the other ``BertFor*``
+    classes): ``config.classifier_dropout`` when set, else ``config.hidden_dropout_prob``."""
+    p = getattr(config, "classifier_dropout", None)
+    return config.hidden_dropout_prob if p is None else p
+
+
 class BertClassifier(nn.Module):
     """BERT + dropout + a linear layer on the pooled ``[CLS]`` vector: ``logits = W · Dropout(pooler) + b``.
 
@@ -104,9 +111,8 @@ class BertClassifier(nn.Module):
 
     @property
     def dropout_prob(self) -> float:
-        """HF's rule: ``classifier_dropout`` when set, else ``hidden_dropout_prob``."""
-        p = getattr(self.config, "classifier_dropout", None)
-        return self.config.hidden_dropout_prob if p is None else p
+        """The dropout before the classifier: :func:`classifier_dropout_prob` of the config."""
+        return classifier_dropout_prob(self.config)
 
     def _refresh_weights(self) -> None:
         """The ``BertModel``-keyed dict that :func:`bert_forward` reads, built once; again only when the parameters

@@ -42,6 +42,7 @@ CHAPTERS = {
     "12_numpy_bert": "example sentences drawn by the seed",
     "13_hf_attention": "head importance and pruning; random relative-position tables",
     "14_making_it_fast": "timing: fused kernels, SDPA, padding-free batches",
+    "15_bert_family": "fill-mask pre-training and a capitalisation head trained against their baselines",
 }
 
 
