@@ -93,6 +93,7 @@ def main() -> int:
                         help="run nothing: print the table of the observations already in OUT/margins.jsonl (e.g. "
                              "after appending those of a `BERTLIB_MARGINS=... make test` run)")
     args = parser.parse_args()
+    args.out = args.out.resolve()  # the kernels run in chapters/: a relative path would miss
     args.out.mkdir(parents=True, exist_ok=True)
     if args.report_only:
         args.seeds, args.one_thread_seeds = [], []
