@@ -1,0 +1,151 @@
+"""Whole posts by sliding windows (``bertlib.windows``, chapter 9): the windows are Hugging Face's overflowing
+tokens, cover every token, and a post's pooled prediction depends neither on batching nor on the order of posts.
+
+The model is the embedded checkpoint with a 4-class head (random, seed 0): the checks hold for any weights. Windows
+are kept short (32 tokens) so that a few posts give many windows and the file stays under ~30 s of CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import bertlib
+from bertlib import finetune as ft
+from bertlib import windows as win
+from conftest import DEVICE, _data_available
+
+CLS, SEP = 101, 102
+needs_data = pytest.mark.skipif(not _data_available(), reason="20 Newsgroups offline: set BERTLIB_20NG_ARCHIVE")
+
+#: Texts of 0 to ~150 tokens, plain and varied (no repeated stretch, so a window's place in the body is unambiguous).
+TEXTS = ["", "A short post.", "Does anyone know where to find the drivers for a Diamond Stealth card under OS/2?",
+         " ".join(f"item {i} costs {3 * i + 7} dollars" for i in range(25)),
+         " ".join(str(n) for n in range(1000, 1100))]
+
+
+@pytest.fixture(scope="module")
+def model(pretrained) -> bertlib.BertClassifier:
+    return bertlib.BertClassifier(pretrained.state_dict, pretrained.config, 4, seed=0,
+                                  attn_implementation="sdpa").eval()
+
+
+@pytest.fixture(scope="module")
+def posts() -> list[str]:
+    """Six real test posts, headers included, of 100 to 600 tokens; the generated TEXTS without the data."""
+    if not _data_available():
+        return TEXTS[1:]
+    texts = bertlib.data.load_20newsgroups("test").data
+    lengths = np.array([len(t.split()) for t in texts[:300]])
+    chosen = [i for i in np.argsort(lengths) if 60 <= lengths[i] <= 400]
+    return [texts[i] for i in chosen[:: max(1, len(chosen) // 6)][:6]]
+
+
+def _start(window: list[int], body: list[int]) -> int:
+    """Where ``window``'s body tokens start in ``body`` (they must be a contiguous stretch of it)."""
+    inner = window[1:-1]
+    return next(s for s in range(len(body) - len(inner) + 1) if body[s:s + len(inner)] == inner)
+
+
+@pytest.mark.parametrize(("max_length", "stride"), [(3, 0), (8, 0), (8, 5), (16, 4), (32, 8), (20, 17)])
+def test_windows_cover_every_token_and_overlap_by_stride(max_length, stride):
+    room = max_length - 2
+    for n in [0, 1, room - 1, room, room + 1, 2 * room - stride, 2 * room - stride + 1, 97]:
+        body = list(range(1000, 1000 + n))
+        windows = win.split_windows(body, max_length, stride, CLS, SEP)
+        assert all(w[0] == CLS and w[-1] == SEP and len(w) <= max_length for w in windows)
+        starts = [_start(w, body) for w in windows]
+        covered = sorted({t for w in windows for t in w[1:-1]})
+        assert covered == body, f"n={n}: tokens missing from the windows"
+        assert starts[0] == 0 and starts[-1] + len(windows[-1]) - 2 == n  # the last window ends at the body's end
+        for a, b, w in zip(starts, starts[1:], windows, strict=False):
+            assert len(w) == max_length and a + room - b == stride, f"n={n}: overlap {a + room - b} != {stride}"
+        assert len(windows) == 1 + max(0, -(-(n - room) // (room - stride)))  # ceil((n - room) / step) more
+    assert win.split_windows([], 16, 4, CLS, SEP) == [[CLS, SEP]]
+
+
+def _hf_windows(tokenizer, texts, max_length, stride):
+    enc = tokenizer(texts, truncation=True, max_length=max_length, stride=stride, return_overflowing_tokens=True)
+    return enc["input_ids"], np.asarray(enc["overflow_to_sample_mapping"])
+
+
+@pytest.mark.parametrize(("max_length", "stride"), [(16, 0), (16, 4), (32, 8), (40, 3), (64, 61)])
+def test_windows_are_hugging_faces_overflowing_tokens(pretrained, max_length, stride):
+    windows, post_index = win.encode_windows(pretrained.tokenizer, TEXTS, max_length, stride)
+    hf, hf_index = _hf_windows(pretrained.tokenizer, TEXTS, max_length, stride)
+    assert windows == hf and np.array_equal(post_index, hf_index)
+
+
+@needs_data
+def test_windows_of_real_posts_are_hugging_faces(pretrained, posts):
+    for max_length, stride in [(128, 32), (512, 128), (512, 0)]:
+        windows, post_index = win.encode_windows(pretrained.tokenizer, posts, max_length, stride)
+        hf, hf_index = _hf_windows(pretrained.tokenizer, posts, max_length, stride)
+        assert windows == hf and np.array_equal(post_index, hf_index), (max_length, stride)
+        assert post_index.max() == len(posts) - 1
+        if max_length == 128:
+            assert len(windows) > len(posts), "some post should need two windows"
+
+
+def test_bad_settings_are_named(pretrained):
+    with pytest.raises(ValueError, match="max_length must be at least 3"):
+        win.split_windows([1, 2], 2, 0, CLS, SEP)
+    for stride in (-1, 14, 20):
+        with pytest.raises(ValueError, match=r"stride .* must be in \[0, max_length - 2 = 14\)"):
+            win.encode_windows(pretrained.tokenizer, TEXTS, 16, stride)
+    logits, index = torch.zeros(3, 2), torch.tensor([0, 0, 1])
+    with pytest.raises(ValueError, match="window pooling must be one of"):
+        win.pool_windows(logits, index, 2, "median")
+    with pytest.raises(ValueError, match="at least one window"):
+        win.pool_windows(logits, index, 3, "mean")  # post 2 has none
+    with pytest.raises(ValueError, match="and no other post"):
+        win.pool_windows(logits, torch.tensor([0, 1, 2]), 2, "mean")
+    with pytest.raises(ValueError, match=r"\(windows, labels\)"):
+        win.pool_windows(logits, index[:2], 2, "mean")
+
+
+def test_pooling_is_the_mean_or_max_of_each_posts_windows():
+    g = torch.Generator().manual_seed(0)
+    post_index = torch.tensor([2, 0, 0, 1, 2, 2, 0, 3])  # windows in any order
+    logits = torch.randn(len(post_index), 5, generator=g, dtype=torch.float64)
+    for how, reduce in [("mean", lambda rows: [sum(c) / len(c) for c in zip(*rows, strict=True)]),
+                        ("max", lambda rows: [max(c) for c in zip(*rows, strict=True)])]:
+        expected = [reduce([logits[w].tolist() for w in range(len(post_index)) if post_index[w] == p])
+                    for p in range(4)]
+        torch.testing.assert_close(win.pool_windows(logits, post_index, 4, how),
+                                   torch.tensor(expected, dtype=torch.float64), atol=1e-12, rtol=0)
+    leaf = logits.clone().requires_grad_()
+    win.pool_windows(leaf, post_index, 4, "mean")[0].sum().backward()  # differentiable: usable in training
+    torch.testing.assert_close(leaf.grad[:, 0], (post_index == 0).double() / 3)
+
+
+def test_short_post_is_its_head_truncation(pretrained, model):
+    tok, pad = pretrained.tokenizer, pretrained.tokenizer.pad_token_id
+    short = TEXTS[:3]  # at most 30 body tokens
+    windows, post_index = win.encode_windows(tok, short, 32, 8)
+    assert windows == ft.encode(tok, short, 32, "head") and post_index.tolist() == [0, 1, 2]
+    for how in win.POOLINGS:
+        pooled = win.predict_post_logits(model, windows, post_index, len(short), pad, how, device=DEVICE)
+        assert torch.equal(pooled, ft.predict_logits(model, ft.encode(tok, short, 32, "head"), pad, device=DEVICE))
+
+
+@pytest.mark.parametrize("how", sorted(win.POOLINGS))
+def test_pooled_prediction_ignores_batching_and_post_order(pretrained, model, posts, how):
+    tok, pad, tol = pretrained.tokenizer, pretrained.tokenizer.pad_token_id, bertlib.tolerance(DEVICE)
+    windows, post_index = win.encode_windows(tok, posts, 32, 8)
+    assert len(windows) >= 3 * len(posts), "the posts should need several windows each"
+    by_all = win.predict_post_logits(model, windows, post_index, len(posts), pad, how, len(windows), DEVICE)
+    for batch_size in (1, 3):
+        by_some = win.predict_post_logits(model, windows, post_index, len(posts), pad, how, batch_size, DEVICE)
+        torch.testing.assert_close(by_some, by_all, **tol)
+    order = np.random.default_rng(0).permutation(len(posts))
+    shuffled, shuffled_index = win.encode_windows(tok, [posts[i] for i in order], 32, 8)
+    by_order = win.predict_post_logits(model, shuffled, shuffled_index, len(posts), pad, how, 5, DEVICE)
+    torch.testing.assert_close(by_order, by_all[torch.as_tensor(order)], **tol)
+    assert torch.equal(by_order.argmax(-1), by_all[torch.as_tensor(order)].argmax(-1))
+    # and pooling the windows scored one at a time, in the tokenizer's order, by hand
+    one_by_one = torch.cat([ft.predict_logits(model, [w], pad, device=DEVICE) for w in windows])
+    for p in range(len(posts)):
+        rows = one_by_one[torch.as_tensor(post_index == p)]
+        torch.testing.assert_close(by_all[p], rows.mean(0) if how == "mean" else rows.amax(0), **tol)
