@@ -149,3 +149,57 @@ def test_pooled_prediction_ignores_batching_and_post_order(pretrained, model, po
     for p in range(len(posts)):
         rows = one_by_one[torch.as_tensor(post_index == p)]
         torch.testing.assert_close(by_all[p], rows.mean(0) if how == "mean" else rows.amax(0), **tol)
+
+
+# ------------------------------------------------------------------------ wired into bertlib.finetune (eval_windows)
+
+
+def test_evaluate_by_windows_scores_the_pooled_posts(pretrained, model):
+    tok, pad = pretrained.tokenizer, pretrained.tokenizer.pad_token_id
+    labels, names = np.array([0, 1, 2, 3, 1]), ["a", "b", "c", "d"]
+    windows, post_index = win.encode_windows(tok, TEXTS, 16, 4)
+    for how in win.POOLINGS:
+        result, logits = ft.evaluate(model, windows, labels, names, pad, 8, DEVICE, post_index=post_index,
+                                     window_pool=how)
+        assert torch.equal(logits, win.predict_post_logits(model, windows, post_index, len(TEXTS), pad, how, 8,
+                                                           DEVICE))
+        assert result["accuracy"] == np.mean(logits.argmax(-1).numpy() == labels)
+        assert result["loss"] == pytest.approx(torch.nn.functional.cross_entropy(logits, torch.as_tensor(labels))
+                                               .item(), rel=1e-6)
+
+
+def test_window_settings_are_checked_and_on_the_command_line():
+    assert ft.profile_config("full").window_stride == 128 and ft.profile_config("quick").window_stride == 32
+    ft.profile_config("quick", max_length=16, window_stride=32)  # unused without eval_windows: no error
+    with pytest.raises(ValueError, match=r"stride .* must be in \[0, max_length - 2 = 14\)"):
+        ft.profile_config("quick", max_length=16, window_stride=14, eval_windows=True)
+    with pytest.raises(ValueError, match="window_pool must be one of"):
+        ft.profile_config("quick", window_pool="attention")
+    cfg, _ = ft.parse_args(["--profile", "quick", "--out", "x", "--eval-windows", "--window-stride", "16",
+                            "--window-pool", "max"])
+    assert cfg == ft.profile_config("quick", eval_windows=True, window_stride=16, window_pool="max")
+
+
+def test_train_with_eval_windows_scores_whole_posts(pretrained, tmp_path):
+    """One step on generated posts of 5 to 60 tokens (16-token windows): training is the same with and without
+    eval_windows (the same weights); validation and test are scored on the pooled windows."""
+    texts = [" ".join(f"post {i} word {j}" for j in range(1 + i % 15)) for i in range(60)]
+    labels = np.arange(60) % 4
+    names = ["c0", "c1", "c2", "c3"]
+    results = {}
+    for windows in (False, True):
+        cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1, batch_size=8,
+                                dropout=0.0, device="cpu", eval_windows=windows, window_stride=4, window_pool="max")
+        data = ft.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
+        results[windows] = ft.train(cfg, tmp_path / str(windows), data=data, pretrained=pretrained, export=False,
+                                    verbose=False)
+    plain, whole = results[False], results[True]
+    for (name, a), b in zip(plain.model.state_dict().items(), whole.model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    tok = pretrained.tokenizer
+    windows, post_index = win.encode_windows(tok, texts[:20], 16, 4)
+    assert whole.metrics["eval_windows"] and whole.metrics["test_windows"] == len(windows) > 20
+    expected = win.predict_post_logits(whole.model, windows, post_index, 20, tok.pad_token_id, "max", device="cpu")
+    torch.testing.assert_close(whole.test_logits, expected, atol=0, rtol=0)
+    assert plain.metrics["test_windows"] is None
+    assert not torch.equal(plain.test_logits, whole.test_logits), "the long posts should score differently whole"
