@@ -7,6 +7,8 @@ consecutive windows sharing ``stride`` tokens: Hugging Face's fast tokenizers do
 :func:`split_windows` gives exactly their windows (``tests/test_windows.py``). The model scores every window; the
 windows' logits are combined per post (:func:`pool_windows`: mean or max). The pieces, in order:
 :func:`split_windows`, :func:`encode_windows`, :func:`pool_windows`, :func:`predict_post_logits`.
+:class:`WindowAttention` pools the windows' ``[CLS]`` vectors instead, with learned weights (not yet used in
+training).
 
 A post's prediction does not depend on how its windows are batched nor on where the post stands among the others,
 up to float rounding of differently padded batches (``bertlib.tolerance``).
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch import nn
 
 #: How :func:`pool_windows` combines a post's window logits: the name → ``Tensor.scatter_reduce``'s ``reduce``.
 POOLINGS: dict[str, str] = {"mean": "mean", "max": "amax"}
@@ -101,3 +104,29 @@ def predict_post_logits(model, windows: list[list[int]], post_index, n_posts: in
         raise ValueError(f"window pooling must be one of {sorted(POOLINGS)}, got {how!r}.")
     logits = predict_logits(model, windows, pad_id, batch_size, device, rank=rank, world_size=world_size)
     return pool_windows(logits, torch.as_tensor(post_index), n_posts, how)
+
+
+def segment_softmax(scores: torch.Tensor, post_index: torch.Tensor, n_posts: int) -> torch.Tensor:
+    """``(windows,)`` scores → ``(windows,)`` weights: a softmax over each post's windows,
+    ``a_w = exp(s_w - m_p) / sum_{v in p} exp(s_v - m_p)`` with ``m_p`` the post's largest score (for stability)."""
+    top = scores.new_full((n_posts,), float("-inf")).scatter_reduce(0, post_index, scores, "amax", include_self=False)
+    e = torch.exp(scores - top[post_index])
+    return e / e.new_zeros(n_posts).index_add(0, post_index, e)[post_index]
+
+
+class WindowAttention(nn.Module):
+    """Attention over a post's windows: ``(windows, hidden)`` pooled ``[CLS]`` vectors ``h_w`` → ``(posts, hidden)``
+    vectors ``sum_w a_w h_w``, with ``a`` the :func:`segment_softmax` of the learned scores ``s_w = u · h_w``.
+
+    ``u`` starts at zero, so an untrained module is the mean of the windows' vectors; a classifier layer on its
+    output then scores the post. Chapter 9, *whole posts*; not yet wired into :mod:`bertlib.finetune`."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.score = nn.Linear(hidden_size, 1, bias=False)
+        nn.init.zeros_(self.score.weight)
+
+    def forward(self, pooled: torch.Tensor, post_index: torch.Tensor, n_posts: int) -> torch.Tensor:
+        post_index = torch.as_tensor(post_index, dtype=torch.long, device=pooled.device)
+        weights = segment_softmax(self.score(pooled).squeeze(-1), post_index, n_posts)  # (windows,)
+        return pooled.new_zeros(n_posts, pooled.shape[-1]).index_add(0, post_index, weights[:, None] * pooled)

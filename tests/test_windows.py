@@ -203,3 +203,25 @@ def test_train_with_eval_windows_scores_whole_posts(pretrained, tmp_path):
     torch.testing.assert_close(whole.test_logits, expected, atol=0, rtol=0)
     assert plain.metrics["test_windows"] is None
     assert not torch.equal(plain.test_logits, whole.test_logits), "the long posts should score differently whole"
+
+
+def test_window_attention_is_a_softmax_over_each_posts_windows():
+    g = torch.Generator().manual_seed(1)
+    post_index = torch.tensor([1, 0, 1, 1, 2, 0])
+    h = torch.randn(len(post_index), 6, generator=g, dtype=torch.float64)
+    att = win.WindowAttention(6).double()
+    mean = win.pool_windows(h, post_index, 3, "mean")
+    torch.testing.assert_close(att(h, post_index, 3), mean, atol=1e-12, rtol=0)  # u = 0: the mean
+    with torch.no_grad():
+        att.score.weight.copy_(torch.randn(1, 6, generator=g, dtype=torch.float64))
+    out = att(h, post_index, 3)
+    for p in range(3):  # by hand: softmax of u · h over the post's windows, then the weighted sum
+        rows = h[post_index == p]
+        a = torch.softmax(rows @ att.score.weight[0], 0)
+        torch.testing.assert_close(out[p], (a[:, None] * rows).sum(0), atol=1e-12, rtol=0)
+    order = torch.randperm(len(post_index), generator=g)  # the windows' order does not matter
+    torch.testing.assert_close(att(h[order], post_index[order], 3), out, atol=1e-12, rtol=0)
+    out.sum().backward()
+    assert att.score.weight.grad.abs().sum() > 0, "the scores must learn"
+    far = win.segment_softmax(torch.tensor([1e4, -1e4, 1e4 + 1.0, 0.0]), torch.tensor([0, 1, 0, 1]), 2)
+    torch.testing.assert_close(far, torch.tensor([1 / (1 + np.e), 0.0, np.e / (1 + np.e), 1.0]))  # no overflow
