@@ -10,9 +10,11 @@ What it does: AdamW with no weight decay on biases and LayerNorm weights, a line
 learning rate (both from :mod:`bertlib.optimization`, shared with pre-training), gradient clipping, dropout (train
 mode), bf16 autocast on CUDA, length-bucketed batches, head+tail truncation of long posts (Sun et al., 2019), a
 stratified validation split held out of the training posts, evaluation after every epoch, and the best epoch's
-weights kept. The pieces, in the order a run uses them: :class:`FinetuneConfig` (every setting, once; the command
-line is generated from it), :func:`load_data`, :func:`encode`, :func:`make_optimizer`, :func:`epoch_batches`,
-:func:`train_step`, :func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` / :func:`load_checkpoint`.
+weights kept. With ``--eval-windows`` validation and test score whole posts instead of truncated ones: overlapping
+windows whose logits are pooled (:mod:`bertlib.windows`); training still truncates. The pieces, in the order a
+run uses them: :class:`FinetuneConfig` (every setting, once; the command line is generated from it),
+:func:`load_data`, :func:`encode`, :func:`make_optimizer`, :func:`epoch_batches`, :func:`train_step`,
+:func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` / :func:`load_checkpoint`.
 
 Writes ``OUT/metrics.json``, ``OUT/model.safetensors`` (the best weights, ``BertForSequenceClassification``
 names), ``OUT/hf/`` (the model in Hugging Face format, see :func:`bertlib.export.export_hf`) and
