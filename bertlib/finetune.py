@@ -657,8 +657,9 @@ def _checkpoint(run: Run) -> None:
 def _resume(run: Run, ckpt: dict) -> None:
     """Continue from ``ckpt``: weights, optimiser, schedule, state and this rank's random states."""
     cfg, ddp = run.cfg, run.ddp
-    saved, now = ckpt["config"], cfg.to_dict()
-    clash = {k: (saved.get(k), v) for k, v in now.items() if k not in MAY_CHANGE_ON_RESUME and saved.get(k) != v}
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}  # for settings newer than ckpt
+    saved = {k: ckpt["config"].get(k, defaults[k]) for k in defaults}
+    clash = {k: (saved[k], v) for k, v in cfg.to_dict().items() if k not in MAY_CHANGE_ON_RESUME and saved[k] != v}
     if clash:
         raise ValueError(
             f"{run.out / CHECKPOINT} was written by a run with other settings ({clash}, as (saved, now)). Use "
