@@ -10,9 +10,11 @@ What it does: AdamW with no weight decay on biases and LayerNorm weights, a line
 learning rate (both from :mod:`bertlib.optimization`, shared with pre-training), gradient clipping, dropout (train
 mode), bf16 autocast on CUDA, length-bucketed batches, head+tail truncation of long posts (Sun et al., 2019), a
 stratified validation split held out of the training posts, evaluation after every epoch, and the best epoch's
-weights kept. The pieces, in the order a run uses them: :class:`FinetuneConfig` (every setting, once; the command
-line is generated from it), :func:`load_data`, :func:`encode`, :func:`make_optimizer`, :func:`epoch_batches`,
-:func:`train_step`, :func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` / :func:`load_checkpoint`.
+weights kept. With ``--eval-windows`` validation and test score whole posts instead of truncated ones: overlapping
+windows whose logits are pooled (:mod:`bertlib.windows`); training still truncates. The pieces, in the order a
+run uses them: :class:`FinetuneConfig` (every setting, once; the command line is generated from it),
+:func:`load_data`, :func:`encode`, :func:`make_optimizer`, :func:`epoch_batches`, :func:`train_step`,
+:func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` / :func:`load_checkpoint`.
 
 Writes ``OUT/metrics.json``, ``OUT/model.safetensors`` (the best weights, ``BertForSequenceClassification``
 names), ``OUT/hf/`` (the model in Hugging Face format, see :func:`bertlib.export.export_hf`) and
@@ -66,6 +68,7 @@ from .data import load_20newsgroups, pad_batch
 from .optimization import adamw, optimizer_step, schedule, warmup_steps
 from .pretrained import Pretrained, load_pretrained
 from .runtime import default_seed, get_device, progress_enabled, set_seed
+from .windows import POOLINGS, check_windows, encode_windows, predict_post_logits
 
 #: The learning-rate multiplier written out (:func:`bertlib.optimization.linear_schedule`), for chapter 9.
 linear_schedule = optimization.linear_schedule
@@ -114,6 +117,12 @@ class FinetuneConfig:
     max_length: int = _arg("tokens per post, [CLS] and [SEP] included", 128)
     truncation: Literal["head", "head_tail"] = _arg("long posts: the first tokens only, or head+tail (Sun et al. "
                                                     "2019)", "head_tail")
+    eval_windows: bool = _arg("validate and test on whole posts: windows of max_length tokens overlapping by "
+                              "window_stride, their logits pooled by window_pool (bertlib.windows); training still "
+                              "truncates", False)
+    window_stride: int = _arg("with eval_windows: tokens shared by consecutive windows of a post (Hugging Face's "
+                              "stride), in [0, max_length - 2)", 32)
+    window_pool: Literal["mean", "max"] = _arg("with eval_windows: how a post's window logits are combined", "mean")
     epochs: int = _arg("passes over the training posts", 6)
     max_steps: int | None = _arg("stop (and evaluate) after this many optimizer steps in all", None)
     batch_size: int = _arg("the global batch; under DDP split over the processes (a multiple of their number)", 16)
@@ -140,10 +149,14 @@ class FinetuneConfig:
                    f"dropout must be in [0, 1), got {self.dropout}."),
                   (self.attn in ("sdpa", "eager"), f"attn must be 'sdpa' or 'eager', got {self.attn!r}."),
                   (self.batch_size >= 1 and self.epochs >= 1, "batch_size and epochs must be at least 1."),
-                  (0.0 <= self.warmup_ratio <= 1.0, f"warmup_ratio must lie in [0, 1], got {self.warmup_ratio}.")]
+                  (0.0 <= self.warmup_ratio <= 1.0, f"warmup_ratio must lie in [0, 1], got {self.warmup_ratio}."),
+                  (self.window_pool in POOLINGS,
+                   f"window_pool must be one of {sorted(POOLINGS)}, got {self.window_pool!r}.")]
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        if self.eval_windows:
+            check_windows(self.max_length, self.window_stride)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -157,7 +170,7 @@ class FinetuneConfig:
 PROFILES: dict[str, dict] = {
     "quick": {},
     "full": dict(train_size=None, test_size=None, max_length=512, epochs=4, batch_size=32, lr=1e-4, head_lr=1e-3,
-                 checkpoint_every=200),
+                 checkpoint_every=200, window_stride=128),
 }
 
 #: Settings that may differ between a checkpoint and the run resuming it; every other one must agree. (So may the
@@ -397,10 +410,18 @@ def scores(labels: np.ndarray, pred: np.ndarray, label_names: list[str]) -> dict
 
 def evaluate(model: BertClassifier, seqs: list[list[int]], labels: np.ndarray, label_names: list[str], pad_id: int,
              batch_size: int = 64, device: torch.device | str | None = None, *, rank: int = 0,
-             world_size: int = 1) -> tuple[dict, torch.Tensor]:
+             world_size: int = 1, post_index: np.ndarray | None = None,
+             window_pool: str = "mean") -> tuple[dict, torch.Tensor]:
     """:func:`scores` of the model's predictions on ``seqs`` plus their mean cross-entropy (``"loss"``), and the
-    ``(n, num_labels)`` logits (:func:`predict_logits`; under DDP every rank calls it and gets everything)."""
-    logits = predict_logits(model, seqs, pad_id, batch_size, device, rank=rank, world_size=world_size)
+    ``(n, num_labels)`` logits (:func:`predict_logits`; under DDP every rank calls it and gets everything).
+
+    With ``post_index``, ``seqs`` are the windows of whole posts (:func:`bertlib.windows.encode_windows`) and each
+    post's logits are its windows' pooled by ``window_pool`` (:func:`bertlib.windows.predict_post_logits`)."""
+    if post_index is None:
+        logits = predict_logits(model, seqs, pad_id, batch_size, device, rank=rank, world_size=world_size)
+    else:
+        logits = predict_post_logits(model, seqs, post_index, len(labels), pad_id, window_pool, batch_size, device,
+                                     rank=rank, world_size=world_size)
     result = scores(labels, logits.argmax(-1).numpy(), label_names)
     result["loss"] = F.cross_entropy(logits, torch.as_tensor(labels, dtype=torch.long)).item()
     return result, logits
@@ -486,7 +507,7 @@ class Run:
     ddp: Distributed
     pretrained: Pretrained
     data: NewsData
-    seqs: dict[str, list[list[int]]]  # "train", "val", "test": token ids of every post
+    seqs: dict[str, list[list[int]]]  # "train", "val", "test": token ids of every post (or of its windows)
     model: BertClassifier
     net: torch.nn.Module  # what the training step calls: the model, or its DistributedDataParallel wrapper
     optimizer: torch.optim.Optimizer
@@ -499,6 +520,7 @@ class Run:
     wall_before: float = 0.0  # wall time of earlier segments
     seen: int = 0  # training posts this rank has run through the model
     bar: object = None
+    post_index: dict[str, np.ndarray] = field(default_factory=dict)  # splits in windows (eval_windows): window → post
 
     @property
     def lengths(self) -> np.ndarray:
@@ -564,12 +586,18 @@ def _record_step(run: Run, loss: torch.Tensor, posts: int, tokens: int) -> None:
             run.bar.set_postfix(loss=f"{st.loss_sum / st.loss_batches:.3f}")
 
 
+def evaluate_split(run: Run, split: str) -> tuple[dict, torch.Tensor]:
+    """:func:`evaluate` on ``"val"`` or ``"test"``: truncated posts, or whole posts in windows (``eval_windows``)."""
+    return evaluate(run.model, run.seqs[split], getattr(run.data, split).labels, run.data.label_names,
+                    run.pretrained.tokenizer.pad_token_id, run.cfg.eval_batch_size, run.device, rank=run.ddp.rank,
+                    world_size=run.ddp.world_size, post_index=run.post_index.get(split),
+                    window_pool=run.cfg.window_pool)
+
+
 def end_epoch(run: Run) -> None:
     """After an epoch (or ``max_steps``): validate, record the epoch, keep the best weights, write a checkpoint."""
     cfg, st, ddp = run.cfg, run.state, run.ddp
-    val, _ = evaluate(run.model, run.seqs["val"], run.data.val.labels, run.data.label_names,
-                      run.pretrained.tokenizer.pad_token_id, cfg.eval_batch_size, run.device, rank=ddp.rank,
-                      world_size=ddp.world_size)
+    val, _ = evaluate_split(run, "val")
     entry = {"epoch": st.epoch + 1, "step": st.step, "train_loss": st.loss_sum / max(1, st.loss_batches),
              "val_loss": val["loss"], "val_accuracy": val["accuracy"], "val_macro_f1": val["macro_f1"],
              "lr": run.scheduler.get_last_lr()[0], "train_time_s": st.train_time}
@@ -629,8 +657,9 @@ def _checkpoint(run: Run) -> None:
 def _resume(run: Run, ckpt: dict) -> None:
     """Continue from ``ckpt``: weights, optimiser, schedule, state and this rank's random states."""
     cfg, ddp = run.cfg, run.ddp
-    saved, now = ckpt["config"], cfg.to_dict()
-    clash = {k: (saved.get(k), v) for k, v in now.items() if k not in MAY_CHANGE_ON_RESUME and saved.get(k) != v}
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}  # for settings newer than ckpt
+    saved = {k: ckpt["config"].get(k, defaults[k]) for k in defaults}
+    clash = {k: (saved[k], v) for k, v in cfg.to_dict().items() if k not in MAY_CHANGE_ON_RESUME and saved[k] != v}
     if clash:
         raise ValueError(
             f"{run.out / CHECKPOINT} was written by a run with other settings ({clash}, as (saved, now)). Use "
@@ -856,6 +885,11 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
         data = data if data is not None else load_data(cfg, archive)
     seqs = {split: encode(pretrained.tokenizer, getattr(data, split).texts, cfg.max_length, cfg.truncation)
             for split in ("train", "val", "test")}
+    post_index = {}
+    if cfg.eval_windows:  # validation and test posts whole, in windows
+        for split in ("val", "test"):
+            seqs[split], post_index[split] = encode_windows(pretrained.tokenizer, getattr(data, split).texts,
+                                                            cfg.max_length, cfg.window_stride)
     model = build_model(cfg, pretrained, len(data.label_names), device)
     optimizer = make_optimizer(model, cfg)
     lengths = np.array([len(s) for s in seqs["train"]])
@@ -864,7 +898,7 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     run = Run(cfg, out, device, ddp, pretrained, data, seqs, model, model, optimizer,
               make_scheduler(optimizer, cfg, total_steps), steps_per_epoch, total_steps, t_call,
               say=print if verbose and ddp.main else (lambda *a, **k: None),
-              state=TrainState(examples_per_rank=[0] * ddp.world_size))
+              state=TrainState(examples_per_rank=[0] * ddp.world_size), post_index=post_index)
     if ddp.all_gather((out / CHECKPOINT).exists() or (out / LEGACY_CHECKPOINT).exists())[0]:  # rank 0 decides
         _resume(run, load_checkpoint(out / CHECKPOINT))
     run.state.segments += 1
@@ -878,7 +912,9 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     run.say(f"[finetune] profile={cfg.profile} device={device} model={_model_name(pretrained)} "
             f"train={len(data.train)} val={len(data.val)} test={len(data.test)} remove_headers={cfg.remove_headers} "
             f"max_length={cfg.max_length} truncation={cfg.truncation} epochs={cfg.epochs} batch={cfg.batch_size} "
-            f"steps={total_steps} warmup={warmup_steps(total_steps, cfg.warmup_ratio)} lr={cfg.lr:g} "
+            + (f"eval_windows(stride={cfg.window_stride}, pool={cfg.window_pool}, val={len(seqs['val'])}, "
+               f"test={len(seqs['test'])} windows) " if cfg.eval_windows else "")
+            + f"steps={total_steps} warmup={warmup_steps(total_steps, cfg.warmup_ratio)} lr={cfg.lr:g} "
             f"head_lr={cfg.head_lr or cfg.lr:g} seed={cfg.seed}"
             + (f" world_size={ddp.world_size} backend={ddp.backend} per_rank_batch={cfg.batch_size // ddp.world_size}"
                if ddp.enabled else ""))
@@ -891,9 +927,7 @@ def finish(run: Run, export: bool) -> FinetuneResult:
     ddp.barrier()  # rank 0 has written the best weights
     _load_best(run.model, run.out / BEST)
     run.model.eval()
-    test, test_logits = evaluate(run.model, run.seqs["test"], run.data.test.labels, run.data.label_names,
-                                 run.pretrained.tokenizer.pad_token_id, run.cfg.eval_batch_size, run.device,
-                                 rank=ddp.rank, world_size=ddp.world_size)
+    test, test_logits = evaluate_split(run, "test")
     test.pop("loss")
     run.state.wall_time = run.elapsed()
     metrics = _metrics(run, test)
@@ -934,6 +968,8 @@ def _metrics(run: Run, test: dict) -> dict:
         "history": st.history,
         "train_loss_curve": st.loss_curve,  # the loss of every optimizer step (the global batch's mean)
         "seed": cfg.seed, "data_seed": cfg.data_seed, "max_length": cfg.max_length, "truncation": cfg.truncation,
+        "eval_windows": cfg.eval_windows, "window_stride": cfg.window_stride, "window_pool": cfg.window_pool,
+        "test_windows": len(run.seqs["test"]) if cfg.eval_windows else None,
         "remove_headers": cfg.remove_headers, "remove": list(data.remove),
         "train_size": len(data.train), "val_size": len(data.val), "test_size": len(data.test),
         "hyperparameters": {k: getattr(cfg, k) for k in ("batch_size", "lr", "head_lr", "weight_decay",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -127,6 +128,23 @@ def test_resume_refuses_a_checkpoint_of_other_settings(runs, pretrained, tiny_da
     cfg = ft.profile_config("quick", **{**TINY_CFG, "seed": 4})
     with pytest.raises(ValueError, match="other settings"):
         ft.train(cfg, runs["b"], data=tiny_data, pretrained=pretrained, verbose=False)
+
+
+@needs_data
+def test_resume_reads_settings_newer_than_the_checkpoint_as_defaults(runs, pretrained, tiny_data, tmp_path):
+    """A checkpoint written before a setting existed (here the window settings) resumes when the run keeps the
+    setting's default, and is refused when it does not."""
+    from bertlib import checkpoint
+
+    out = shutil.copytree(runs["b"], tmp_path / "older")
+    ckpt = ft.load_checkpoint(out / ft.CHECKPOINT)
+    for key in ("eval_windows", "window_stride", "window_pool"):
+        del ckpt["config"][key]
+    checkpoint.save(ckpt, out / ft.CHECKPOINT)
+    ft.train(ft.profile_config("quick", **TINY_CFG), out, data=tiny_data, pretrained=pretrained, verbose=False)
+    with pytest.raises(ValueError, match="other settings.*window_pool"):
+        ft.train(ft.profile_config("quick", **TINY_CFG, window_pool="max"), out, data=tiny_data,
+                 pretrained=pretrained, verbose=False)
 
 
 def _our_classifier(pretrained, weights: Path, n_labels: int) -> bertlib.BertClassifier:
