@@ -51,6 +51,7 @@ import dataclasses
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 from contextlib import contextmanager
@@ -100,12 +101,13 @@ def _arg(help: str, default=dataclasses.MISSING, **kwargs):
 @dataclass
 class FinetuneConfig:
     """Every setting of a run, each defined once. The defaults are the ``quick`` profile; :data:`PROFILES` holds
-    what the ``full`` profile changes. The command line (``python -m bertlib.finetune --help``) is generated from
-    these fields by ``transformers.HfArgumentParser``: ``--max-length 256`` sets ``max_length``."""
+    what the ``cpu`` and ``full`` profiles change. The command line (``python -m bertlib.finetune --help``) is
+    generated from these fields by ``transformers.HfArgumentParser``: ``--max-length 256`` sets ``max_length``."""
 
-    profile: Literal["quick", "full"] = _arg("quick: CPU, a stratified subset, 128 tokens, 6 epochs; full: a GPU, "
-                                             "all data, 512 tokens, 4 epochs (unset: $BERTLIB_PROFILE, else full on "
-                                             "CUDA and quick on CPU)", "quick")
+    profile: Literal["quick", "cpu", "full"] = _arg(
+        "quick: CPU in minutes, a stratified subset, 128 tokens, 6 epochs; cpu: all data on 2 CPU cores in about an "
+        "hour, 128-token windows, 2 epochs, the TF-IDF ensemble; full: a GPU, all data, 512 tokens, 4 epochs (unset: "
+        "$BERTLIB_PROFILE, else full on CUDA and quick on CPU)", "quick")
     remove_headers: bool = _arg("remove headers, signatures and quoted replies (remove=REMOVE)", False)
     seed: int = _arg("training seed: head initialisation, dropout, data order ($BERTLIB_SEED, else 0)",
                      default_factory=default_seed)
@@ -123,6 +125,10 @@ class FinetuneConfig:
     window_stride: int = _arg("with eval_windows: tokens shared by consecutive windows of a post (Hugging Face's "
                               "stride), in [0, max_length - 2)", 32)
     window_pool: Literal["mean", "max"] = _arg("with eval_windows: how a post's window logits are combined", "mean")
+    train_windows: bool = _arg("train on whole posts too: every window of every training post (window_stride "
+                               "apart), labelled with its post's class", False)
+    tfidf_ensemble: bool = _arg("also fit TF-IDF baselines on the training posts and average their probabilities "
+                                "with the model's (C and the weight chosen on validation; bertlib.ensemble)", False)
     epochs: int = _arg("passes over the training posts", 6)
     max_steps: int | None = _arg("stop (and evaluate) after this many optimizer steps in all", None)
     batch_size: int = _arg("the global batch; under DDP split over the processes (a multiple of their number)", 16)
@@ -155,7 +161,7 @@ class FinetuneConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-        if self.eval_windows:
+        if self.eval_windows or self.train_windows:
             check_windows(self.max_length, self.window_stride)
 
     def to_dict(self) -> dict:
@@ -169,6 +175,8 @@ class FinetuneConfig:
 #: features 0.632 / 0.590: with more posts the frozen probe catches up.
 PROFILES: dict[str, dict] = {
     "quick": {},
+    "cpu": dict(train_size=None, test_size=None, epochs=2, batch_size=32, lr=1e-4, head_lr=1e-3, eval_windows=True,
+                window_stride=0, tfidf_ensemble=True, checkpoint_every=100),
     "full": dict(train_size=None, test_size=None, max_length=512, epochs=4, batch_size=32, lr=1e-4, head_lr=1e-3,
                  checkpoint_every=200, window_stride=128),
 }
@@ -520,11 +528,17 @@ class Run:
     wall_before: float = 0.0  # wall time of earlier segments
     seen: int = 0  # training posts this rank has run through the model
     bar: object = None
-    post_index: dict[str, np.ndarray] = field(default_factory=dict)  # splits in windows (eval_windows): window → post
+    post_index: dict[str, np.ndarray] = field(default_factory=dict)  # splits in windows: window → post
 
     @property
     def lengths(self) -> np.ndarray:
         return np.array([len(s) for s in self.seqs["train"]])
+
+    @property
+    def train_labels(self) -> np.ndarray:
+        """The class of each training sequence: its post's (``train_windows``: every window its post's class)."""
+        labels = self.data.train.labels
+        return labels[self.post_index["train"]] if "train" in self.post_index else labels
 
     @property
     def local(self) -> torch.device | None:
@@ -547,7 +561,7 @@ def train_epoch(run: Run, stop_after_steps: int | None = None) -> bool:
         # under DDP: this rank's contiguous share, its summed loss weighted by world/len(idx)
         mine, weight = rank_share(idx, ddp.rank, ddp.world_size) if ddp.enabled else (idx, None)
         batch = collate([run.seqs["train"][i] for i in mine], run.pretrained.tokenizer.pad_token_id, run.device)
-        labels = torch.as_tensor(run.data.train.labels[mine], dtype=torch.long).to(run.device, non_blocking=True)
+        labels = torch.as_tensor(run.train_labels[mine], dtype=torch.long).to(run.device, non_blocking=True)
         loss = train_step(run.net, batch, labels, run.optimizer, run.scheduler, max_grad_norm=cfg.max_grad_norm,
                           loss_weight=weight)
         _record_step(run, loss, len(mine) if weight != 0.0 else 0, int(lengths[idx].sum()))
@@ -886,10 +900,9 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     seqs = {split: encode(pretrained.tokenizer, getattr(data, split).texts, cfg.max_length, cfg.truncation)
             for split in ("train", "val", "test")}
     post_index = {}
-    if cfg.eval_windows:  # validation and test posts whole, in windows
-        for split in ("val", "test"):
-            seqs[split], post_index[split] = encode_windows(pretrained.tokenizer, getattr(data, split).texts,
-                                                            cfg.max_length, cfg.window_stride)
+    for split in (("train",) if cfg.train_windows else ()) + (("val", "test") if cfg.eval_windows else ()):
+        seqs[split], post_index[split] = encode_windows(pretrained.tokenizer, getattr(data, split).texts,
+                                                        cfg.max_length, cfg.window_stride)
     model = build_model(cfg, pretrained, len(data.label_names), device)
     optimizer = make_optimizer(model, cfg)
     lengths = np.array([len(s) for s in seqs["train"]])
@@ -914,6 +927,7 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
             f"max_length={cfg.max_length} truncation={cfg.truncation} epochs={cfg.epochs} batch={cfg.batch_size} "
             + (f"eval_windows(stride={cfg.window_stride}, pool={cfg.window_pool}, val={len(seqs['val'])}, "
                f"test={len(seqs['test'])} windows) " if cfg.eval_windows else "")
+            + (f"train_windows({len(seqs['train'])} windows) " if cfg.train_windows else "")
             + f"steps={total_steps} warmup={warmup_steps(total_steps, cfg.warmup_ratio)} lr={cfg.lr:g} "
             f"head_lr={cfg.head_lr or cfg.lr:g} seed={cfg.seed}"
             + (f" world_size={ddp.world_size} backend={ddp.backend} per_rank_batch={cfg.batch_size // ddp.world_size}"
@@ -929,8 +943,9 @@ def finish(run: Run, export: bool) -> FinetuneResult:
     run.model.eval()
     test, test_logits = evaluate_split(run, "test")
     test.pop("loss")
+    analysis = error_analysis(run, test_logits)
     run.state.wall_time = run.elapsed()
-    metrics = _metrics(run, test)
+    metrics = {**_metrics(run, test), **analysis}
     run.model.config = run.pretrained.config  # the model's own dropout values, for export and for the caller
     if ddp.main:
         if export:
@@ -945,6 +960,29 @@ def finish(run: Run, export: bool) -> FinetuneResult:
     ddp.barrier()  # every rank returns once the files are written
     return FinetuneResult(metrics, run.model, run.pretrained.tokenizer, run.data, test_logits,
                           test_logits.argmax(-1).numpy(), run.out, st.history)
+
+
+def error_analysis(run: Run, test_logits: torch.Tensor) -> dict:
+    """For ``metrics.json``: the test confusion matrix (counts, rows the true class), accuracy by post length
+    (:func:`bertlib.ensemble.accuracy_by_length`), and with ``tfidf_ensemble`` the TF-IDF baselines and the
+    ensemble (:func:`bertlib.ensemble.ensemble_report`; it needs the best weights' validation logits too)."""
+    from sklearn.metrics import confusion_matrix
+
+    from .ensemble import accuracy_by_length, ensemble_report
+
+    d = run.data
+    preds, out = {"model": test_logits.argmax(-1).numpy()}, {}
+    if run.cfg.tfidf_ensemble:
+        _, val_logits = evaluate_split(run, "val")
+        out["baselines"], more = ensemble_report(d.train.texts, d.train.labels, d.val.texts, d.val.labels,
+                                                 d.test.texts, d.test.labels, d.label_names, val_logits,
+                                                 test_logits, say=run.say)
+        preds.update(more)
+    out["confusion_matrix"] = confusion_matrix(d.test.labels, preds["model"],
+                                               labels=range(len(d.label_names))).tolist()
+    lengths = token_counts(run.pretrained.tokenizer, d.test.texts)
+    out["accuracy_by_length"] = accuracy_by_length(lengths, d.test.labels, preds)
+    return out
 
 
 def _metrics(run: Run, test: dict) -> dict:
@@ -970,6 +1008,8 @@ def _metrics(run: Run, test: dict) -> dict:
         "seed": cfg.seed, "data_seed": cfg.data_seed, "max_length": cfg.max_length, "truncation": cfg.truncation,
         "eval_windows": cfg.eval_windows, "window_stride": cfg.window_stride, "window_pool": cfg.window_pool,
         "test_windows": len(run.seqs["test"]) if cfg.eval_windows else None,
+        "train_windows": len(run.seqs["train"]) if cfg.train_windows else None,
+        "tfidf_ensemble": cfg.tfidf_ensemble,
         "remove_headers": cfg.remove_headers, "remove": list(data.remove),
         "train_size": len(data.train), "val_size": len(data.val), "test_size": len(data.test),
         "hyperparameters": {k: getattr(cfg, k) for k in ("batch_size", "lr", "head_lr", "weight_decay",
@@ -1028,6 +1068,10 @@ def main(argv: list[str] | None = None) -> int:
     transformers.logging.set_verbosity_error()
     result = train(cfg, cmd.out, archive=cmd.archive, stop_after_steps=cmd.stop_after_steps,
                    export=not cmd.no_export)
+    if result is not None and os.environ.get("RANK", "0") == "0":  # the command that made it, for results tables
+        result.metrics["command"] = shlex.join(["python", "-m", "bertlib.finetune", *(sys.argv[1:] if argv is None
+                                                                                        else argv)])
+        (Path(cmd.out) / METRICS).write_text(json.dumps(result.metrics, indent=2) + "\n")
     return 0 if result is not None or cmd.stop_after_steps is not None else 1
 
 

@@ -1,0 +1,150 @@
+"""TF-IDF baselines and their ensemble with the fine-tuned model (chapter 9, *beating the baseline*).
+
+The classical baseline reads every word of every post: TF-IDF vectors (sub-linear term frequency, words seen in at
+least two posts) and a linear classifier, logistic regression or a linear SVM (Joachims, 1998). Its errors differ
+from a fine-tuned BERT's, which reads windows of WordPiece tokens, so the two combine well: the ensemble averages
+their class probabilities, ``p = w * p_bert + (1 - w) * p_tfidf``.
+
+Every choice is made on the **validation split**, never on the test set: the regularisation strength ``C`` of
+each baseline (:func:`fit_tfidf`) and the ensemble's weight ``w`` (:func:`choose_weight`). The test posts are
+scored once, with the chosen values. The pieces, in order: :func:`fit_tfidf`, :func:`tfidf_probabilities`,
+:func:`choose_weight`, :func:`ensemble_report`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+#: Regularisation strengths tried for each baseline (the one with the best validation accuracy is kept).
+C_GRID: dict[str, tuple[float, ...]] = {"logreg": (3.0, 10.0, 30.0, 100.0), "svc": (0.1, 0.3, 1.0, 3.0)}
+
+#: Ensemble weights of the fine-tuned model tried on the validation split (0: TF-IDF alone; 1: BERT alone).
+WEIGHT_GRID: tuple[float, ...] = tuple(np.round(np.linspace(0.0, 1.0, 21), 2))
+
+
+@dataclass
+class TfidfModel:
+    """A fitted TF-IDF baseline: the vectoriser, the classifier, its kind and the ``C`` validation chose."""
+
+    vectorizer: object
+    classifier: object
+    kind: str
+    C: float
+    val_accuracy: float
+
+    def decision(self, texts: list[str]) -> np.ndarray:
+        """``(posts, classes)`` scores: log-probabilities (``logreg``) or SVM margins (``svc``)."""
+        X = self.vectorizer.transform(texts)
+        if self.kind == "logreg":
+            return self.classifier.predict_log_proba(X)
+        return self.classifier.decision_function(X)
+
+    def predict(self, texts: list[str]) -> np.ndarray:
+        return self.decision(texts).argmax(-1)
+
+
+def _classifier(kind: str, C: float):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.svm import LinearSVC
+
+    if kind == "logreg":
+        return LogisticRegression(C=C, tol=1e-3, max_iter=1000)
+    if kind == "svc":
+        return LinearSVC(C=C)
+    raise ValueError(f"TF-IDF classifier must be 'logreg' or 'svc', got {kind!r}.")
+
+
+def fit_tfidf(train_texts: list[str], train_labels, val_texts: list[str], val_labels, kind: str = "logreg",
+              grid: tuple[float, ...] | None = None) -> TfidfModel:
+    """TF-IDF (``sublinear_tf``, ``min_df=2``) fitted on the training posts, then a ``kind`` classifier
+    (``"logreg"``: logistic regression; ``"svc"``: linear SVM) for every ``C`` in ``grid`` (default
+    :data:`C_GRID`); the one with the highest accuracy on the validation posts is kept (the smallest ``C`` on a
+    tie). The test set plays no part. Defined in chapter 9."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    if len(train_texts) != len(train_labels) or len(val_texts) != len(val_labels):
+        raise ValueError("texts and labels must have the same length (training and validation posts).")
+    grid = grid if grid is not None else C_GRID.get(kind)
+    if grid is None:
+        _classifier(kind, 1.0)  # raises the error naming the kinds
+    vec = TfidfVectorizer(sublinear_tf=True, min_df=2)
+    X, X_val = vec.fit_transform(train_texts), vec.transform(val_texts)
+    best = None
+    for C in grid:
+        clf = _classifier(kind, C).fit(X, train_labels)
+        acc = float(np.mean(clf.predict(X_val) == np.asarray(val_labels)))
+        if best is None or acc > best[2]:
+            best = (C, clf, acc)
+    return TfidfModel(vec, best[1], kind, best[0], best[2])
+
+
+def tfidf_probabilities(model: TfidfModel, texts: list[str]) -> np.ndarray:
+    """``(posts, classes)`` class probabilities of a logistic-regression baseline (what the ensemble averages)."""
+    if model.kind != "logreg":
+        raise ValueError("the ensemble averages probabilities: use the 'logreg' baseline (a LinearSVC has none).")
+    return np.exp(model.decision(texts))
+
+
+def softmax(logits: torch.Tensor | np.ndarray) -> np.ndarray:
+    """``(posts, classes)`` logits → probabilities (float64 NumPy)."""
+    return torch.as_tensor(logits, dtype=torch.float64).softmax(-1).numpy()
+
+
+def choose_weight(p_bert_val: np.ndarray, p_tfidf_val: np.ndarray, val_labels,
+                  grid: tuple[float, ...] = WEIGHT_GRID) -> tuple[float, float]:
+    """The weight ``w`` of ``w * p_bert + (1 - w) * p_tfidf`` with the best validation accuracy, and that accuracy.
+    Ties go to the weight nearest 0.5 (an even average unless validation says otherwise). Inputs:
+    ``(val_posts, classes)`` probabilities, ``(val_posts,)`` labels."""
+    if p_bert_val.shape != p_tfidf_val.shape or len(val_labels) != len(p_bert_val):
+        raise ValueError(f"probabilities must have the same (posts, classes) shape and one label per post, got "
+                         f"{p_bert_val.shape}, {p_tfidf_val.shape} and {len(val_labels)} labels.")
+    y = np.asarray(val_labels)
+    accs = [float(np.mean((w * p_bert_val + (1 - w) * p_tfidf_val).argmax(-1) == y)) for w in grid]
+    best = max(range(len(grid)), key=lambda i: (accs[i], -abs(grid[i] - 0.5)))
+    return float(grid[best]), accs[best]
+
+
+def ensemble_report(train_texts, train_labels, val_texts, val_labels, test_texts, test_labels, label_names,
+                    bert_val_logits, bert_test_logits, say=print) -> tuple[dict, dict[str, np.ndarray]]:
+    """The baselines and the ensemble, for ``metrics.json``: TF-IDF + logistic regression and TF-IDF + LinearSVC
+    (``C`` chosen on validation), and ``w * softmax(bert) + (1 - w) * p_logreg`` with ``w`` chosen on validation.
+    Returns each one's test scores (:func:`bertlib.finetune.scores`) with its validation accuracy and its choice,
+    and each one's ``(test_posts,)`` predicted classes."""
+    from .finetune import scores
+
+    report, preds = {}, {}
+    models = {kind: fit_tfidf(train_texts, train_labels, val_texts, val_labels, kind) for kind in ("logreg", "svc")}
+    for kind, model in models.items():
+        preds[f"tfidf_{kind}"] = model.predict(test_texts)
+        report[f"tfidf_{kind}"] = {"val_accuracy": model.val_accuracy, "C": model.C}
+    logreg = models["logreg"]
+    w, val_acc = choose_weight(softmax(bert_val_logits), tfidf_probabilities(logreg, val_texts), val_labels)
+    preds["ensemble"] = (w * softmax(bert_test_logits) + (1 - w) * tfidf_probabilities(logreg, test_texts)).argmax(-1)
+    report["ensemble"] = {"val_accuracy": val_acc, "bert_weight": w, "tfidf": "logreg", "C": logreg.C}
+    for name, pred in preds.items():
+        report[name] = {**scores(test_labels, pred, label_names), **report[name]}
+    say("[finetune] " + "; ".join(f"{name} test acc {r['accuracy']:.4f} (val {r['val_accuracy']:.4f})"
+                                  for name, r in report.items()) + f"; ensemble weight of BERT {w:g}")
+    return report, preds
+
+
+#: Post lengths (WordPiece tokens, no special tokens) at which :func:`accuracy_by_length` cuts the test posts.
+LENGTH_EDGES: tuple[int, ...] = (0, 126, 254, 510, 1022)
+
+
+def accuracy_by_length(lengths, labels, preds: dict[str, np.ndarray], edges=LENGTH_EDGES) -> list[dict]:
+    """Accuracy of each method in ``preds`` (name → ``(posts,)`` classes) on the posts of each length bin
+    ``[edges[i], edges[i + 1])`` (the last bin open): one dict per non-empty bin with ``"tokens"`` (its range),
+    ``"posts"`` and one accuracy per method. With ``max_length = 128`` the first bin fits in one window."""
+    lengths, labels = np.asarray(lengths), np.asarray(labels)
+    rows = []
+    for lo, hi in zip(edges, (*edges[1:], None), strict=True):
+        inside = (lengths >= lo) & ((lengths < hi) if hi is not None else True)
+        if inside.any():
+            rows.append({"tokens": f"{lo}-{hi - 1}" if hi is not None else f">={lo}", "posts": int(inside.sum()),
+                         **{name: float(np.mean(np.asarray(p)[inside] == labels[inside]))
+                            for name, p in preds.items()}})
+    return rows

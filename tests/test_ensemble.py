@@ -1,0 +1,140 @@
+"""TF-IDF baselines, the ensemble and the error analysis of ``metrics.json`` (``bertlib.ensemble``, chapter 9), and
+training on windows: every choice is made on validation, the reported numbers are what the predictions give."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bertlib import ensemble as ens
+from bertlib import finetune as ft
+from bertlib import windows as win
+
+WORDS = {0: "hockey puck goal skate ice rink team season", 1: "disk drive scsi controller card bus jumper bios",
+         2: "god church faith bible belief prayer sin soul"}
+
+
+def _texts(n: int, seed: int, noise: float = 0.5) -> tuple[list[str], np.ndarray]:
+    """Posts of a few words from their class's vocabulary, mixed with words of the other classes."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n)
+    vocab = {k: v.split() for k, v in WORDS.items()}
+    texts = []
+    for y in labels:
+        words = [rng.choice(vocab[y if rng.random() > noise else rng.integers(0, 3)]) for _ in range(6)]
+        texts.append(" ".join(words))
+    return texts, labels
+
+
+def test_choose_weight_maximises_validation_accuracy_ties_to_an_even_average():
+    y = np.array([0, 1, 2, 0])
+    one_hot = np.eye(3)[y]
+    wrong = np.eye(3)[(y + 1) % 3]
+    # BERT right on the first three posts, TF-IDF only on the last: weights above 0.5 let BERT decide everywhere
+    p_bert = np.where(np.arange(4)[:, None] < 3, 0.9 * one_hot + 0.05, 0.6 * wrong + 0.2)
+    p_tfidf = np.where(np.arange(4)[:, None] < 3, 0.5 * wrong + 0.25, 0.9 * one_hot + 0.05)
+    w, acc = ens.choose_weight(p_bert, p_tfidf, y)
+    accs = {g: np.mean((g * p_bert + (1 - g) * p_tfidf).argmax(-1) == y) for g in ens.WEIGHT_GRID}
+    assert acc == max(accs.values()) and accs[w] == acc
+    best = [g for g, a in accs.items() if a == acc]
+    assert w == min(best, key=lambda g: abs(g - 0.5))
+    w_same, _ = ens.choose_weight(one_hot, one_hot, y)  # every weight ties: the even average
+    assert w_same == 0.5
+    with pytest.raises(ValueError, match="same .posts, classes. shape"):
+        ens.choose_weight(p_bert, p_tfidf[:3], y)
+
+
+def test_tfidf_C_is_chosen_on_validation_only():
+    train, y_train = _texts(120, 0)
+    val, y_val = _texts(60, 1)
+    grid = (0.01, 1.0, 100.0)
+    model = ens.fit_tfidf(train, y_train, val, y_val, "logreg", grid)
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    vec = TfidfVectorizer(sublinear_tf=True, min_df=2).fit(train)
+    accs = [np.mean(LogisticRegression(C=C, tol=1e-3, max_iter=1000).fit(vec.transform(train), y_train)
+                    .predict(vec.transform(val)) == y_val) for C in grid]
+    assert model.C == grid[int(np.argmax(accs))] and model.val_accuracy == max(accs)
+    p = ens.tfidf_probabilities(model, val)
+    np.testing.assert_allclose(p.sum(-1), 1.0, rtol=0, atol=1e-12)
+    svc = ens.fit_tfidf(train, y_train, val, y_val, "svc")
+    assert svc.C in ens.C_GRID["svc"]
+    with pytest.raises(ValueError, match="use the 'logreg' baseline"):
+        ens.tfidf_probabilities(svc, val)
+    with pytest.raises(ValueError, match="must be 'logreg' or 'svc'"):
+        ens.fit_tfidf(train, y_train, val, y_val, "forest")
+    with pytest.raises(ValueError, match="same length"):
+        ens.fit_tfidf(train, y_train[:-1], val, y_val)
+
+
+def test_ensemble_report_scores_what_its_predictions_give():
+    train, y_train = _texts(150, 2)
+    val, y_val = _texts(60, 3)
+    test, y_test = _texts(90, 4)
+    g = torch.Generator().manual_seed(0)
+    # a "BERT" that is right 70% of the time, confidently
+    bert_val = torch.randn(len(val), 3, generator=g) + 3 * torch.nn.functional.one_hot(torch.as_tensor(y_val), 3)
+    bert_test = torch.randn(len(test), 3, generator=g) + 3 * torch.nn.functional.one_hot(torch.as_tensor(y_test), 3)
+    report, preds = ens.ensemble_report(train, y_train, val, y_val, test, y_test, ["a", "b", "c"], bert_val,
+                                        bert_test, say=lambda *a: None)
+    assert set(report) == set(preds) == {"tfidf_logreg", "tfidf_svc", "ensemble"}
+    logreg = ens.fit_tfidf(train, y_train, val, y_val, "logreg")
+    w = report["ensemble"]["bert_weight"]
+    assert (w, report["ensemble"]["val_accuracy"]) == ens.choose_weight(
+        ens.softmax(bert_val), ens.tfidf_probabilities(logreg, val), y_val)
+    expected = (w * ens.softmax(bert_test) + (1 - w) * ens.tfidf_probabilities(logreg, test)).argmax(-1)
+    np.testing.assert_array_equal(preds["ensemble"], expected)
+    for name, pred in preds.items():
+        assert report[name]["accuracy"] == float(np.mean(pred == y_test)), name
+
+
+def test_accuracy_by_length_bins_every_post_once():
+    lengths = np.array([5, 125, 126, 300, 600, 5000, 40])
+    labels = np.array([0, 1, 1, 0, 2, 2, 1])
+    preds = {"model": np.array([0, 1, 0, 0, 2, 1, 1]), "other": labels}
+    rows = ens.accuracy_by_length(lengths, labels, preds)
+    assert [r["tokens"] for r in rows] == ["0-125", "126-253", "254-509", "510-1021", ">=1022"]
+    assert [r["posts"] for r in rows] == [3, 1, 1, 1, 1]
+    assert [r["model"] for r in rows] == [1.0, 0.0, 1.0, 1.0, 0.0] and all(r["other"] == 1.0 for r in rows)
+    total = sum(r["posts"] * r["model"] for r in rows) / len(labels)
+    assert total == pytest.approx(np.mean(preds["model"] == labels), abs=1e-12)
+
+
+def _generated(n: int = 60):
+    texts = [" ".join(f"post {i} word {j}" for j in range(1 + i % 15)) for i in range(n)]
+    return texts, np.arange(n) % 4, ["c0", "c1", "c2", "c3"]
+
+
+def test_train_windows_trains_on_every_window_with_its_posts_label(pretrained, tmp_path):
+    texts, labels, names = _generated()
+    cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, epochs=1, batch_size=8,
+                            dropout=0.0, device="cpu", train_windows=True, window_stride=4)
+    data = ft.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
+    run = ft._setup(cfg, tmp_path / "setup", torch.device("cpu"), ft.Distributed(), 0.0, data=data,
+                    pretrained=pretrained, archive=None, verbose=False)
+    windows, post_index = win.encode_windows(pretrained.tokenizer, data.train.texts, 16, 4)
+    assert run.seqs["train"] == windows and len(windows) > len(data.train)
+    np.testing.assert_array_equal(run.train_labels, data.train.labels[post_index])
+    assert run.seqs["val"] == ft.encode(pretrained.tokenizer, data.val.texts, 16, cfg.truncation)  # eval: truncated
+    result = ft.train(cfg, tmp_path / "run", data=data, pretrained=pretrained, export=False, verbose=False)
+    assert result.metrics["train_windows"] == len(windows)
+    assert result.metrics["train_tokens"] == sum(len(w) for w in windows)  # one epoch: every window once
+
+
+def test_metrics_hold_the_error_analysis_and_the_ensemble(pretrained, tmp_path):
+    texts, labels, names = _generated()
+    cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=2, batch_size=8,
+                            device="cpu", eval_windows=True, window_stride=4, tfidf_ensemble=True)
+    data = ft.split_data(texts, labels, texts[:24], labels[:24], names, cfg)
+    m = ft.train(cfg, tmp_path, data=data, pretrained=pretrained, export=False, verbose=False).metrics
+    cm = np.array(m["confusion_matrix"])
+    assert cm.shape == (4, 4) and cm.sum() == 24 and np.trace(cm) / 24 == pytest.approx(m["accuracy"], abs=1e-12)
+    assert sum(r["posts"] for r in m["accuracy_by_length"]) == 24
+    assert set(m["baselines"]) == {"tfidf_logreg", "tfidf_svc", "ensemble"} and m["tfidf_ensemble"]
+    for name in ("model", "ensemble", "tfidf_svc"):
+        overall = m["accuracy"] if name == "model" else m["baselines"][name]["accuracy"]
+        by_length = sum(r["posts"] * r[name] for r in m["accuracy_by_length"]) / 24
+        assert by_length == pytest.approx(overall, abs=1e-12), name
+    assert 0.0 <= m["baselines"]["ensemble"]["bert_weight"] <= 1.0
