@@ -529,6 +529,7 @@ class Run:
     seen: int = 0  # training posts this rank has run through the model
     bar: object = None
     post_index: dict[str, np.ndarray] = field(default_factory=dict)  # splits in windows: window → post
+    best_val_logits: torch.Tensor | None = None  # the best epoch's, when this call saw it (not kept on resume)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -611,13 +612,14 @@ def evaluate_split(run: Run, split: str) -> tuple[dict, torch.Tensor]:
 def end_epoch(run: Run) -> None:
     """After an epoch (or ``max_steps``): validate, record the epoch, keep the best weights, write a checkpoint."""
     cfg, st, ddp = run.cfg, run.state, run.ddp
-    val, _ = evaluate_split(run, "val")
+    val, val_logits = evaluate_split(run, "val")
     entry = {"epoch": st.epoch + 1, "step": st.step, "train_loss": st.loss_sum / max(1, st.loss_batches),
              "val_loss": val["loss"], "val_accuracy": val["accuracy"], "val_macro_f1": val["macro_f1"],
              "lr": run.scheduler.get_last_lr()[0], "train_time_s": st.train_time}
     st.history.append(entry)
     if val["accuracy"] > st.best_val_accuracy:
         st.best_val_accuracy, st.best_epoch = val["accuracy"], entry["epoch"]
+        run.best_val_logits = val_logits
         if ddp.main:
             _save_best(run.model, run.out / BEST, {"epoch": entry["epoch"], "val_accuracy": val["accuracy"]})
     run.say(f"[finetune] epoch {entry['epoch']}/{cfg.epochs} step {st.step}/{run.total_steps} "
@@ -973,7 +975,7 @@ def error_analysis(run: Run, test_logits: torch.Tensor) -> dict:
     d = run.data
     preds, out = {"model": test_logits.argmax(-1).numpy()}, {}
     if run.cfg.tfidf_ensemble:
-        _, val_logits = evaluate_split(run, "val")
+        val_logits = run.best_val_logits if run.best_val_logits is not None else evaluate_split(run, "val")[1]
         out["baselines"], more = ensemble_report(d.train.texts, d.train.labels, d.val.texts, d.val.labels,
                                                  d.test.texts, d.test.labels, d.label_names, val_logits,
                                                  test_logits, say=run.say)
