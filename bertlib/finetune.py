@@ -966,14 +966,24 @@ def finish(run: Run, export: bool) -> FinetuneResult:
 
 def error_analysis(run: Run, test_logits: torch.Tensor) -> dict:
     """For ``metrics.json``: the test confusion matrix (counts, rows the true class), accuracy by post length
-    (:func:`bertlib.ensemble.accuracy_by_length`), and with ``tfidf_ensemble`` the TF-IDF baselines and the
-    ensemble (:func:`bertlib.ensemble.ensemble_report`; it needs the best weights' validation logits too)."""
+    (:func:`bertlib.ensemble.accuracy_by_length`); with ``eval_windows`` the same weights' scores on truncated
+    posts (``"truncated"``, validation and test); with ``tfidf_ensemble`` the TF-IDF baselines and the ensemble
+    (:func:`bertlib.ensemble.ensemble_report`; it needs the best weights' validation logits too)."""
     from sklearn.metrics import confusion_matrix
 
     from .ensemble import accuracy_by_length, ensemble_report
 
     d = run.data
     preds, out = {"model": test_logits.argmax(-1).numpy()}, {}
+    if run.cfg.eval_windows:  # the same weights on head+tail-truncated posts: what windows changed
+        cut = {split: evaluate(run.model, encode(run.pretrained.tokenizer, getattr(d, split).texts, run.cfg.max_length,
+                                                 run.cfg.truncation), getattr(d, split).labels, d.label_names,
+                               run.pretrained.tokenizer.pad_token_id, run.cfg.eval_batch_size, run.device,
+                               rank=run.ddp.rank, world_size=run.ddp.world_size)
+               for split in ("val", "test")}
+        preds["model_truncated"] = cut["test"][1].argmax(-1).numpy()
+        out["truncated"] = {k: cut["test"][0][k] for k in ("accuracy", "macro_f1", "per_class_f1")}
+        out["truncated"]["val_accuracy"] = cut["val"][0]["accuracy"]
     if run.cfg.tfidf_ensemble:
         val_logits = run.best_val_logits if run.best_val_logits is not None else evaluate_split(run, "val")[1]
         out["baselines"], more = ensemble_report(d.train.texts, d.train.labels, d.val.texts, d.val.labels,

@@ -138,3 +138,13 @@ def test_metrics_hold_the_error_analysis_and_the_ensemble(pretrained, tmp_path):
         by_length = sum(r["posts"] * r[name] for r in m["accuracy_by_length"]) / 24
         assert by_length == pytest.approx(overall, abs=1e-12), name
     assert 0.0 <= m["baselines"]["ensemble"]["bert_weight"] <= 1.0
+    # the same best weights on head+tail-truncated posts, beside the windows
+    model = ft.build_model(cfg, pretrained, 4, torch.device("cpu"))
+    from safetensors.torch import load_file
+
+    model.load_state_dict(load_file(str(tmp_path / ft.BEST)))
+    cut = ft.encode(pretrained.tokenizer, data.test.texts, 16, cfg.truncation)
+    expected, _ = ft.evaluate(model, cut, data.test.labels, names, pretrained.tokenizer.pad_token_id, device="cpu")
+    assert m["truncated"]["accuracy"] == expected["accuracy"] and "val_accuracy" in m["truncated"]
+    by_length = sum(r["posts"] * r["model_truncated"] for r in m["accuracy_by_length"]) / 24
+    assert by_length == pytest.approx(expected["accuracy"], abs=1e-12)
