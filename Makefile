@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit lint notebooks book bench fidelity gpu sweep clean lab
+.PHONY: install test unit lint notebooks book bench fidelity gpu sweep clean lab results-cpu
 
 install: $(STAMP)
 
@@ -70,6 +70,16 @@ fidelity: $(STAMP)
 SWEEP ?=
 sweep: $(STAMP)
 	$(PY) tests/sweep.py $(SWEEP)
+
+## make results-cpu: chapter 9's committed table. All of 20 Newsgroups on the CPU (python -m bertlib.finetune --profile
+## cpu), as distributed and without headers/footers/quotes: about an hour each on 2 cores. The runs (checkpoints,
+## weights) go to runs/; their metrics.json files are copied to results/finetune-cpu/ (no data, no weights).
+results-cpu: $(STAMP)
+	$(PY) -m bertlib.finetune --profile cpu --out runs/cpu
+	$(PY) -m bertlib.finetune --profile cpu --remove-headers --out runs/cpu-nohdr
+	mkdir -p results/finetune-cpu/as-distributed results/finetune-cpu/no-headers
+	cp runs/cpu/metrics.json results/finetune-cpu/as-distributed/
+	cp runs/cpu-nohdr/metrics.json results/finetune-cpu/no-headers/
 
 ## make gpu: everything on a CUDA machine (full profile): tests, nbval, book, benchmark, fine-tuning (.ci/gpu)
 gpu:
