@@ -13,8 +13,8 @@ stratified validation split held out of the training posts, evaluation after eve
 weights kept. With ``--eval-windows`` validation and test score whole posts instead of truncated ones: overlapping
 windows whose logits are pooled (:mod:`bertlib.windows`); with ``--train-windows`` training reads every window too
 (each labelled with its post's class); ``--tfidf-ensemble`` adds the TF-IDF baselines and their ensemble with the
-model (:mod:`bertlib.ensemble`). ``metrics.json`` holds the error analysis (:func:`error_analysis`). The pieces, in the order a
-run uses them: :class:`FinetuneConfig` (every setting, once; the command line is generated from it),
+model (:mod:`bertlib.ensemble`). ``metrics.json`` holds the error analysis (:func:`error_analysis`). The pieces, in
+the order a run uses them: :class:`FinetuneConfig` (every setting, once; the command line is generated from it),
 :func:`load_data`, :func:`encode`, :func:`make_optimizer`, :func:`epoch_batches`, :func:`train_step`,
 :func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` / :func:`load_checkpoint`.
 
