@@ -532,6 +532,7 @@ class Run:
     bar: object = None
     post_index: dict[str, np.ndarray] = field(default_factory=dict)  # splits in windows: window → post
     best_val_logits: torch.Tensor | None = None  # the best epoch's, when this call saw it (not kept on resume)
+    command: str | None = None  # the command line that started this call, for metrics.json
 
     @property
     def lengths(self) -> np.ndarray:
@@ -847,6 +848,7 @@ def train(
     stop_after_steps: int | None = None,
     export: bool = True,
     verbose: bool = True,
+    command: str | None = None,
 ) -> FinetuneResult | None:
     """Fine-tune :class:`~bertlib.BertClassifier` as ``cfg`` says, resuming from ``out_dir/checkpoint.safetensors``.
 
@@ -856,7 +858,8 @@ def train(
     call) the checkpoint is written and ``None`` is returned. Otherwise returns a :class:`FinetuneResult` after
     writing ``metrics.json``, ``model.safetensors`` and (``export=True``) the Hugging Face directory ``hf/``.
     Under ``torchrun`` every process calls it and trains with DistributedDataParallel (see the module's
-    docstring); only rank 0 writes files, and every rank returns the same metrics.
+    docstring); only rank 0 writes files, and every rank returns the same metrics. ``command`` (the command line,
+    when there is one) is recorded in ``metrics.json``.
     Defined in chapter 9, *Fine-tuning on 20 Newsgroups*.
     """
     t_call = time.perf_counter()
@@ -873,6 +876,7 @@ def train(
             device = torch.device("cuda", ddp.local_rank)
         run = _setup(cfg, Path(out_dir), device, ddp, t_call, data=data, pretrained=pretrained, archive=archive,
                      verbose=verbose)
+        run.command = command
         from tqdm import tqdm
 
         run.bar = tqdm(total=run.total_steps, initial=run.state.step, desc="fine-tuning", unit="step",
@@ -1031,7 +1035,7 @@ def _metrics(run: Run, test: dict) -> dict:
                                                          "bucket_batches", "attn", "dropout")},
         "warmup_steps": warmup_steps(run.total_steps, cfg.warmup_ratio),
         "precision": "bf16 autocast" if device.type == "cuda" else "float32",
-        "model": run.pretrained.source, "segments": st.segments,
+        "model": run.pretrained.source, "segments": st.segments, "command": run.command,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
     }
@@ -1080,12 +1084,9 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     transformers.logging.set_verbosity_error()
+    command = shlex.join(["python", "-m", "bertlib.finetune", *(sys.argv[1:] if argv is None else argv)])
     result = train(cfg, cmd.out, archive=cmd.archive, stop_after_steps=cmd.stop_after_steps,
-                   export=not cmd.no_export)
-    if result is not None and os.environ.get("RANK", "0") == "0":  # the command that made it, for results tables
-        result.metrics["command"] = shlex.join(["python", "-m", "bertlib.finetune", *(sys.argv[1:] if argv is None
-                                                                                        else argv)])
-        (Path(cmd.out) / METRICS).write_text(json.dumps(result.metrics, indent=2) + "\n")
+                   export=not cmd.no_export, command=command)
     return 0 if result is not None or cmd.stop_after_steps is not None else 1
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -82,6 +83,7 @@ def test_command_writes_metrics_weights_and_hf_export(runs):
     assert round(m["accuracy"] * 40, 6).is_integer(), m["accuracy"]
     assert m["macro_f1"] == pytest.approx(np.mean(list(m["per_class_f1"].values())), abs=1e-12)
     assert m["wall_time_s"] > 0 and m["tokens_per_s"] > 0 and m["truncation"] == "head_tail"
+    assert m["command"] == shlex.join(["python", "-m", "bertlib.finetune", "--out", str(out), *TINY])
     names = bertlib.data.load_20newsgroups("train").target_names
     assert list(m["per_class_f1"]) == names
     assert len(m["history"]) == 1 and {"train_loss", "val_loss", "val_accuracy"} <= m["history"][0].keys()
