@@ -73,13 +73,16 @@ sweep: $(STAMP)
 
 ## make results-cpu: chapter 9's committed table. All of 20 Newsgroups on the CPU (python -m bertlib.finetune --profile
 ## cpu), as distributed and without headers/footers/quotes: about an hour each on 2 cores. The runs (checkpoints,
-## weights) go to runs/; their metrics.json files are copied to results/finetune-cpu/ (no data, no weights).
+## weights) go to runs/; their metrics.json files are copied to results/finetune-cpu/ (no data, no weights). The
+## frozen features on the same splits (python -m bertlib.features --profile cpu) write results/frozen-cpu/ directly.
 results-cpu: $(STAMP)
 	$(PY) -m bertlib.finetune --profile cpu --out runs/cpu
 	$(PY) -m bertlib.finetune --profile cpu --remove-headers --out runs/cpu-nohdr
 	mkdir -p results/finetune-cpu/as-distributed results/finetune-cpu/no-headers
 	cp runs/cpu/metrics.json results/finetune-cpu/as-distributed/
 	cp runs/cpu-nohdr/metrics.json results/finetune-cpu/no-headers/
+	$(PY) -m bertlib.features --profile cpu --out results/frozen-cpu/as-distributed
+	$(PY) -m bertlib.features --profile cpu --remove-headers --out results/frozen-cpu/no-headers
 
 ## make gpu: everything on a CUDA machine (full profile): tests, nbval, book, benchmark, fine-tuning (.ci/gpu)
 gpu:
