@@ -7,8 +7,9 @@ consecutive windows sharing ``stride`` tokens: Hugging Face's fast tokenizers do
 :func:`split_windows` gives exactly their windows (``tests/test_windows.py``). The model scores every window; the
 windows' logits are combined per post (:func:`pool_windows`: mean or max). The pieces, in order:
 :func:`split_windows`, :func:`encode_windows`, :func:`pool_windows`, :func:`predict_post_logits`.
-:class:`WindowAttention` pools the windows' ``[CLS]`` vectors instead, with learned weights (not yet used in
-training).
+:class:`WindowAttention` pools the windows' vectors instead, with learned weights: :func:`fit_window_classifier`
+trains it, or a mean or max pooling, with a linear layer on fixed window vectors (chapter 9 compares the three on
+the frozen network's vectors; fine-tuning pools logits by mean or max).
 
 A post's prediction does not depend on how its windows are batched nor on where the post stands among the others,
 up to float rounding of differently padded batches (``bertlib.tolerance``).
@@ -119,7 +120,8 @@ class WindowAttention(nn.Module):
     vectors ``sum_w a_w h_w``, with ``a`` the :func:`segment_softmax` of the learned scores ``s_w = u · h_w``.
 
     ``u`` starts at zero, so an untrained module is the mean of the windows' vectors; a classifier layer on its
-    output then scores the post. Chapter 9, *whole posts*; not yet wired into :mod:`bertlib.finetune`."""
+    output then scores the post (:class:`WindowClassifier`). Chapter 9, *whole posts*; fine-tuning
+    (:mod:`bertlib.finetune`) pools logits by mean or max instead."""
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()
@@ -130,3 +132,63 @@ class WindowAttention(nn.Module):
         post_index = torch.as_tensor(post_index, dtype=torch.long, device=pooled.device)
         weights = segment_softmax(self.score(pooled).squeeze(-1), post_index, n_posts)  # (windows,)
         return pooled.new_zeros(n_posts, pooled.shape[-1]).index_add(0, post_index, weights[:, None] * pooled)
+
+
+#: The poolings :class:`WindowClassifier` offers: of window vectors, before its linear layer.
+VECTOR_POOLINGS: tuple[str, ...] = ("mean", "max", "attention")
+
+
+class WindowClassifier(nn.Module):
+    """``(windows, hidden)`` window vectors → ``(posts, labels)`` logits: each post's windows pooled by ``pool``
+    (``"mean"``, ``"max"``: :func:`pool_windows`; ``"attention"``: :class:`WindowAttention`), then one linear
+    layer. Chapter 9, *attention over windows*."""
+
+    def __init__(self, hidden_size: int, num_labels: int, pool: str = "mean") -> None:
+        super().__init__()
+        if pool not in VECTOR_POOLINGS:
+            raise ValueError(f"pool must be one of {VECTOR_POOLINGS}, got {pool!r}.")
+        self.pool = pool
+        self.attention = WindowAttention(hidden_size) if pool == "attention" else None
+        self.classifier = nn.Linear(hidden_size, num_labels)
+
+    def forward(self, vectors: torch.Tensor, post_index, n_posts: int) -> torch.Tensor:
+        post_index = torch.as_tensor(post_index, dtype=torch.long, device=vectors.device)
+        if self.attention is not None:
+            pooled = self.attention(vectors, post_index, n_posts)
+        else:
+            pooled = pool_windows(vectors, post_index, n_posts, self.pool)
+        return self.classifier(pooled)  # (posts, labels)
+
+
+def fit_window_classifier(train: tuple, val: tuple, num_labels: int, pool: str = "mean",
+                          weight_decays: tuple[float, ...] = (1e-3, 1e-2, 1e-1), steps: int = 300,
+                          lr: float = 1e-2, seed: int = 0) -> tuple[WindowClassifier, float, float]:
+    """Train a :class:`WindowClassifier` on fixed window vectors; return it, the weight decay validation chose and
+    its validation accuracy. ``train`` and ``val``: ``(vectors (windows, hidden), post_index (windows,), labels
+    (posts,))``. The vectors are standardised with the training windows' mean and standard deviation (kept in the
+    returned model's ``scale``); full-batch AdamW, ``steps`` steps at ``lr``, cross-entropy over the posts, one
+    run per weight decay from the same initialisation (``seed``)."""
+    vectors, post_index, labels = (torch.as_tensor(np.asarray(x)) for x in train)
+    shift, spread = vectors.mean(0), vectors.std(0) + 1e-6
+    best = None
+    for wd in weight_decays:
+        torch.manual_seed(seed)
+        model = WindowClassifier(vectors.shape[1], num_labels, pool)
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
+        for _ in range(steps):
+            opt.zero_grad()
+            loss = nn.functional.cross_entropy(model((vectors - shift) / spread, post_index, len(labels)), labels)
+            loss.backward()
+            opt.step()
+        model.scale = (shift, spread)
+        acc = float((predict_windows(model, *val[:2], len(val[2])).argmax(-1).numpy() == np.asarray(val[2])).mean())
+        if best is None or acc > best[2]:
+            best = (model.eval(), wd, acc)
+    return best
+
+
+@torch.no_grad()
+def predict_windows(model: WindowClassifier, vectors, post_index, n_posts: int) -> torch.Tensor:
+    """``(n_posts, labels)`` logits of a fitted :class:`WindowClassifier` (standardised as in training)."""
+    shift, spread = model.scale
+    return model((torch.as_tensor(np.asarray(vectors)) - shift) / spread, post_index, n_posts)
