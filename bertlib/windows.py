@@ -167,13 +167,14 @@ def fit_window_classifier(train: tuple, val: tuple, num_labels: int, pool: str =
     its validation accuracy. ``train`` and ``val``: ``(vectors (windows, hidden), post_index (windows,), labels
     (posts,))``. The vectors are standardised with the training windows' mean and standard deviation (kept in the
     returned model's ``scale``); full-batch AdamW, ``steps`` steps at ``lr``, cross-entropy over the posts, one
-    run per weight decay from the same initialisation (``seed``)."""
+    run per weight decay from the same initialisation (``seed``, drawn without touching the global generator)."""
     vectors, post_index, labels = (torch.as_tensor(np.asarray(x)) for x in train)
     shift, spread = vectors.mean(0), vectors.std(0) + 1e-6
     best = None
     for wd in weight_decays:
-        torch.manual_seed(seed)
-        model = WindowClassifier(vectors.shape[1], num_labels, pool)
+        with torch.random.fork_rng():   # the same start for every weight decay; the caller's generator untouched
+            torch.manual_seed(seed)
+            model = WindowClassifier(vectors.shape[1], num_labels, pool)
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
         for _ in range(steps):
             opt.zero_grad()

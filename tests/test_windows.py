@@ -250,8 +250,10 @@ def test_window_classifier_pools_then_classifies_and_attention_finds_the_telling
     as_mean = win.WindowClassifier(5, 3, "mean")
     as_mean.classifier.load_state_dict(untrained.classifier.state_dict())
     torch.testing.assert_close(untrained(vectors, post_index, 300), as_mean(vectors, post_index, 300))  # u = 0
+    state = torch.random.get_rng_state()
     fits = {pool: win.fit_window_classifier((vectors, post_index, labels), val, 3, pool, steps=200)
             for pool in win.VECTOR_POOLINGS}
+    assert torch.equal(torch.random.get_rng_state(), state)   # the caller's generator is left as it was
     test = _needle_posts(300, 2)
     acc = {pool: float((win.predict_windows(m, *test[:2], 300).argmax(-1).numpy() == test[2]).mean())
            for pool, (m, wd, val_acc) in fits.items()}
