@@ -130,7 +130,8 @@ class FinetuneConfig:
     train_windows: bool = _arg("train on whole posts too: every window of every training post (window_stride "
                                "apart), labelled with its post's class", False)
     tfidf_ensemble: bool = _arg("also fit TF-IDF baselines on the training posts and average their probabilities "
-                                "with the model's (C and the weight chosen on validation; bertlib.ensemble)", False)
+                                "with the model's (features, C, the SVM's temperature, the weight and the baseline "
+                                "chosen on validation; bertlib.ensemble)", False)
     epochs: int = _arg("passes over the training posts", 6)
     max_steps: int | None = _arg("stop (and evaluate) after this many optimizer steps in all", None)
     batch_size: int = _arg("the global batch; under DDP split over the processes (a multiple of their number)", 16)

@@ -45,28 +45,52 @@ def test_choose_weight_maximises_validation_accuracy_ties_to_an_even_average():
         ens.choose_weight(p_bert, p_tfidf[:3], y)
 
 
-def test_tfidf_C_is_chosen_on_validation_only():
+def test_tfidf_features_and_C_are_chosen_on_validation_only():
     train, y_train = _texts(120, 0)
     val, y_val = _texts(60, 1)
     grid = (0.01, 1.0, 100.0)
     model = ens.fit_tfidf(train, y_train, val, y_val, "logreg", grid)
-    from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    vec = TfidfVectorizer(sublinear_tf=True, min_df=2).fit(train)
-    accs = [np.mean(LogisticRegression(C=C, tol=1e-3, max_iter=1000).fit(vec.transform(train), y_train)
-                    .predict(vec.transform(val)) == y_val) for C in grid]
-    assert model.C == grid[int(np.argmax(accs))] and model.val_accuracy == max(accs)
+    accs = {}
+    for features in ens.FEATURES:
+        vec = ens.tfidf_vectorizer(features).fit(train)
+        for C in grid:
+            accs[features, C] = np.mean(LogisticRegression(C=C, tol=1e-3, max_iter=1000)
+                                        .fit(vec.transform(train), y_train).predict(vec.transform(val)) == y_val)
+    assert (model.features, model.C) == max(accs, key=accs.get) and model.val_accuracy == max(accs.values())
+    words = ens.fit_tfidf(train, y_train, val, y_val, "logreg", grid, features=("words",))
+    assert words.features == "words" and words.vectorizer.get_feature_names_out()[0].isalpha()
     p = ens.tfidf_probabilities(model, val)
     np.testing.assert_allclose(p.sum(-1), 1.0, rtol=0, atol=1e-12)
-    svc = ens.fit_tfidf(train, y_train, val, y_val, "svc")
-    assert svc.C in ens.C_GRID["svc"]
-    with pytest.raises(ValueError, match="use the 'logreg' baseline"):
-        ens.tfidf_probabilities(svc, val)
     with pytest.raises(ValueError, match="must be 'logreg' or 'svc'"):
         ens.fit_tfidf(train, y_train, val, y_val, "forest")
     with pytest.raises(ValueError, match="same length"):
         ens.fit_tfidf(train, y_train[:-1], val, y_val)
+    with pytest.raises(ValueError, match="features must be one of"):
+        ens.tfidf_vectorizer("bigrams")
+
+
+def test_svc_probabilities_use_the_temperature_that_fits_validation_best():
+    train, y_train = _texts(120, 0)
+    val, y_val = _texts(60, 1)
+    svc = ens.fit_tfidf(train, y_train, val, y_val, "svc")
+    assert svc.C in ens.C_GRID["svc"] and svc.features in ens.FEATURES
+    margins = svc.decision(val)
+
+    def val_loss(t: float) -> float:
+        return float(torch.nn.functional.cross_entropy(torch.as_tensor(margins / t), torch.as_tensor(y_val)))
+
+    # the fitted temperature beats every other one on a grid around it (its cross-entropy is the least)
+    assert all(val_loss(svc.temperature) <= val_loss(svc.temperature * f) + 1e-9 for f in (0.5, 0.8, 0.95, 1.05, 2))
+    p = ens.tfidf_probabilities(svc, val)
+    np.testing.assert_allclose(p, ens.softmax(margins / svc.temperature), rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(p.argmax(-1), svc.predict(val))  # scaling keeps every post's answer
+    svc.temperature = None
+    with pytest.raises(ValueError, match="has no temperature"):
+        ens.tfidf_probabilities(svc, val)
+    with pytest.raises(ValueError, match="one label per post"):
+        ens.fit_temperature(margins, y_val[:-1])
 
 
 def test_ensemble_report_scores_what_its_predictions_give():
@@ -80,12 +104,17 @@ def test_ensemble_report_scores_what_its_predictions_give():
     report, preds = ens.ensemble_report(train, y_train, val, y_val, test, y_test, ["a", "b", "c"], bert_val,
                                         bert_test, say=lambda *a: None)
     assert set(report) == set(preds) == {"tfidf_logreg", "tfidf_svc", "ensemble"}
-    logreg = ens.fit_tfidf(train, y_train, val, y_val, "logreg")
-    w = report["ensemble"]["bert_weight"]
-    assert (w, report["ensemble"]["val_accuracy"]) == ens.choose_weight(
-        ens.softmax(bert_val), ens.tfidf_probabilities(logreg, val), y_val)
-    expected = (w * ens.softmax(bert_test) + (1 - w) * ens.tfidf_probabilities(logreg, test)).argmax(-1)
+    members = {kind: ens.fit_tfidf(train, y_train, val, y_val, kind) for kind in ("logreg", "svc")}
+    choices = {kind: ens.choose_weight(ens.softmax(bert_val), ens.tfidf_probabilities(m, val), y_val)
+               for kind, m in members.items()}
+    e = report["ensemble"]
+    assert e["val_accuracy"] == max(a for _, a in choices.values())  # the member validation prefers
+    assert (e["bert_weight"], e["val_accuracy"]) == choices[e["tfidf"]]
+    assert {k: (v["bert_weight"], v["accuracy"]) for k, v in e["val_accuracy_with"].items()} == choices
+    w, member = e["bert_weight"], members[e["tfidf"]]
+    expected = (w * ens.softmax(bert_test) + (1 - w) * ens.tfidf_probabilities(member, test)).argmax(-1)
     np.testing.assert_array_equal(preds["ensemble"], expected)
+    assert report["tfidf_svc"]["temperature"] == members["svc"].temperature
     for name, pred in preds.items():
         assert report[name]["accuracy"] == float(np.mean(pred == y_test)), name
 
