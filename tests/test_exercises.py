@@ -20,10 +20,10 @@ import nbformat
 import numpy as np
 import pytest
 import torch
-from nbval_learner import CHECK, SOLUTION, STARTER, exercises, source, tags
-from toc import notebooks
 
 from bertlib.exercises import ExerciseIncomplete, check_answers, learner_mode, wrong_answer
+from nbval_learner import CHECK, SOLUTION, STARTER, exercises, source, tags
+from toc import notebooks
 
 CHAPTERS = [p for p in notebooks() if p.parent.name == "chapters"]
 PROMPT = re.compile(r"\*\*Exercise (\d+\.\d+)\s*(★{1,3})?")
