@@ -177,6 +177,20 @@ def test_other_missing_parameter_is_a_clear_error(tiny_dir, tmp_path):
         bertlib.load_pretrained(tmp_path)
 
 
+def test_tokenizer_without_a_limit_loads(tiny_dir, tmp_path):
+    """A tokenizer_config.json without model_max_length: transformers' huge sentinel; max_length falls back to the
+    position table."""
+    import json
+
+    for f in tiny_dir.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    del cfg["model_max_length"]
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    pt = bertlib.load_pretrained(tmp_path)
+    assert pt.tokenizer.model_max_length > 1e20 and pt.max_length == pt.config.max_position_embeddings == 128
+
+
 @pytest.mark.parametrize("tokenizer_limit, positions, expected",
                          [(int(1e30), 512, 512), (128, 512, 128), (512, 128, 128), (None, 40, 40)])
 def test_max_length(tokenizer_limit, positions, expected):
