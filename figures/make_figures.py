@@ -12,7 +12,7 @@ page and the highlight stays orange.
 
 Diagrams (``python figures/make_figures.py --list`` prints them):
 
-- ``bert_architecture.svg``: token ids → embeddings → N × encoder layer → pooler → task head, with the ``bertlib``
+- ``bert_architecture.svg``: token ids → embeddings → L × encoder layer → pooler → task head, with the ``bertlib``
   functions and tensor shapes (``intro.md``); ``bert_architecture_chNN.svg``: the same with chapter NN's part
   highlighted ("you are here", chapters 2-8).
 - ``attention_head.svg`` (chapter 4), ``head_split.svg`` (chapter 5), ``pipeline_stages.svg`` (chapter 10),
@@ -33,7 +33,7 @@ INK = "#24292f"          # lines and text (currentColor)
 HIGHLIGHT = "#f08c00"    # "you are here"
 FONT = "'DejaVu Sans', 'Helvetica Neue', Helvetica, Arial, sans-serif"
 MONO = "'DejaVu Sans Mono', Menlo, Consolas, monospace"
-#: One colour per attention head (head 1, 2, 3, last) in the head-split diagram; readable on white and, inverted
+#: One colour per attention head (head 0, 1, 2, last) in the head-split diagram; readable on white and, inverted
 #: and hue-rotated back, on the dark theme.
 HEAD_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#b279a2")
 
@@ -107,7 +107,7 @@ def _box(svg: Svg, x: float, y: float, w: float, h: float, lines: list[tuple[str
 CHAPTER_PARTS: dict[int, tuple[str, ...]] = {
     2: ("embeddings",),
     3: ("ln_embeddings", "ln_attention", "ln_ffn"),
-    4: ("head_1",),
+    4: ("head_0",),
     5: ("self_attention",),
     6: ("encoder_layer", "attention_output", "feed_forward"),
     7: ("encoder",),
@@ -140,10 +140,11 @@ def architecture(chapter: int | None = None) -> Svg:
     else:
         title, desc = "BERT's architecture, with the bertlib functions that compute each part", ""
     desc = (desc + " Token ids (batch, seq) go into the embeddings (word + position + token type, then LayerNorm; "
-            "bertlib.embeddings), giving (batch, seq, hidden). The encoder (bertlib.encoder) applies N encoder layers "
-            "(bertlib.encoder_layer), each: multi-head self-attention (bertlib.self_attention; one head is "
-            "bertlib.attention_head), then dense, dropout, add and LayerNorm (bertlib.attention_output), then the "
-            "feed-forward dense, GELU, dense, dropout, add and LayerNorm (bertlib.feed_forward). The pooler "
+            "bertlib.embeddings), giving (batch, seq, hidden). The encoder (bertlib.encoder) applies L encoder layers "
+            "(bertlib.encoder_layer), numbered 0 to L - 1, each: multi-head self-attention with heads 0 to A - 1 "
+            "(bertlib.self_attention; one head is bertlib.attention_head), then dense, dropout, add and LayerNorm "
+            "(bertlib.attention_output), then the feed-forward dense (to the intermediate width), GELU, dense "
+            "(back to hidden), dropout, add and LayerNorm (bertlib.feed_forward). The pooler "
             "(bertlib.pooler) turns the [CLS] vector into (batch, hidden); the task head (bertlib.BertClassifier) "
             "gives (batch, num_labels) logits.").strip()
     W, L, R = 700, 60, 500          # canvas width; main column from L to R
@@ -193,12 +194,12 @@ def architecture(chapter: int | None = None) -> Svg:
     # encoder and one encoder layer
     y = 238
     svg.rect(L - 2, y, R - L + 4, 392, "here-frame" if mark("encoder", y + 196) else "frame")
-    svg.text(L + 10, y + 20, "Encoder: N layers", "title")
+    svg.text(L + 10, y + 20, "Encoder: L layers", "title")
     svg.text(R - 10, y + 20, "bertlib.encoder", "code", anchor="end")
     tag(y + 20, "ch. 7")
     ly = y + 34
     svg.rect(L + 8, ly, R - L - 16, 346, "here-frame" if mark("encoder_layer", ly + 173) else "frame")
-    svg.text(L + 20, ly + 20, "Encoder layer (one of N)", "title")
+    svg.text(L + 20, ly + 20, "Encoder layer (one of L)", "title")
     svg.text(R - 18, ly + 20, "bertlib.encoder_layer", "code", anchor="end")
     tag(ly + 60, "ch. 6")
     bx, bw = L + 40, R - L - 60                   # boxes inside the layer
@@ -211,9 +212,9 @@ def architecture(chapter: int | None = None) -> Svg:
     svg.text(bx + bw - 10, ay + 18, "bertlib.self_attention", "code", anchor="end")
     tag(ay + 45, "ch. 4-5")
     hx, hy = bx + 12, ay + 28
-    _box(svg, hx, hy, 130, 36, [("head 1", "small"), ("attention_head", "code")], here=mark("head_1", hy + 18))
-    for i, s in enumerate(("head 2", "…", "head A")):
-        _box(svg, hx + 142 + i * 62, hy, 54, 36, [(s, "small")])
+    _box(svg, hx, hy, 130, 36, [("head 0", "small"), ("attention_head", "code")], here=mark("head_0", hy + 18))
+    for i, s in enumerate(("head 1", "…", "head A−1")):
+        _box(svg, hx + 140 + i * 66, hy, 60, 36, [(s, "small")])
     svg.text(bx + bw / 2, ay + 82, "split: (batch, heads, seq, head_size) · merge back", "shape", anchor="middle")
     # attention output: dense, dropout, add & LayerNorm
     oy = ay + 110
@@ -222,28 +223,28 @@ def architecture(chapter: int | None = None) -> Svg:
     svg.rect(bx, oy, bw, 64, "here" if ao else "box")
     svg.text(bx + 10, oy + 18, "Attention output", "title")
     svg.text(bx + bw - 10, oy + 18, "bertlib.attention_output", "code", anchor="end")
-    _box(svg, bx + 12, oy + 28, 150, 28, [("dense · dropout", "small")])
-    _box(svg, bx + 180, oy + 28, 150, 28, [("add & LayerNorm", "small")], here=mark("ln_attention", oy + 42))
-    svg.line([(bx + 162, oy + 42), (bx + 178, oy + 42)])
+    _box(svg, bx + 12, oy + 28, 230, 28, [("dense · dropout", "small")])
+    _box(svg, bx + 256, oy + 28, 114, 28, [("add & LayerNorm", "small")], here=mark("ln_attention", oy + 42))
+    svg.line([(bx + 242, oy + 42), (bx + 254, oy + 42)])
     # feed-forward
     fy = oy + 84
     svg.line([(cx, oy + 64), (cx, fy)])
-    ff = mark("feed_forward", fy + 32)
-    svg.rect(bx, fy, bw, 64, "here" if ff else "box")
+    ff = mark("feed_forward", fy + 38)
+    svg.rect(bx, fy, bw, 78, "here" if ff else "box")
     svg.text(bx + 10, fy + 18, "Feed-forward", "title")
     svg.text(bx + bw - 10, fy + 18, "bertlib.feed_forward", "code", anchor="end")
-    _box(svg, bx + 12, fy + 28, 150, 28, [("dense → GELU → dense", "small")])
-    _box(svg, bx + 180, fy + 28, 150, 28, [("add & LayerNorm", "small")], here=mark("ln_ffn", fy + 42))
-    svg.line([(bx + 162, fy + 42), (bx + 178, fy + 42)])
-    svg.text(bx + bw / 2, fy + 78, "middle: (batch, seq, intermediate)", "shape", anchor="middle")
+    _box(svg, bx + 12, fy + 26, 230, 40, [("dense → GELU → dense · dropout", "small"),
+                                           ("hidden → intermediate → hidden", "shape")])
+    _box(svg, bx + 256, fy + 34, 114, 28, [("add & LayerNorm", "small")], here=mark("ln_ffn", fy + 48))
+    svg.line([(bx + 242, fy + 48), (bx + 254, fy + 48)])
     # residual connections: the layer's input to the first add, the attention output to the second
-    svg.line([(cx, ly + 33), (bx - 14, ly + 33), (bx - 14, oy + 62), (bx + 255, oy + 62), (bx + 255, oy + 57)])
-    svg.line([(cx, oy + 74), (bx - 8, oy + 74), (bx - 8, fy + 62), (bx + 255, fy + 62), (bx + 255, fy + 57)])
+    svg.line([(cx, ly + 33), (bx - 14, ly + 33), (bx - 14, oy + 61), (bx + 313, oy + 61), (bx + 313, oy + 57)])
+    svg.line([(cx, oy + 74), (bx - 8, oy + 74), (bx - 8, fy + 71), (bx + 313, fy + 71), (bx + 313, fy + 63)])
     svg.text(bx - 17, oy - 30, "residual", "tag", anchor="middle", rotate=True)
     # back to the top for the next layer
-    svg.line([(cx, fy + 64), (cx, ly + 346)], arrow=False)
+    svg.line([(cx, fy + 78), (cx, ly + 346)], arrow=False)
     svg.line([(R - 8, ly + 330), (R + 14, ly + 330), (R + 14, ly + 8), (R - 8, ly + 8)], cls="line")
-    svg.text(R + 19, ly + 70, "× N", "title")
+    svg.text(R + 19, ly + 70, "× L", "title")
 
     # pooler and task head
     py = y + 392 + 30
@@ -280,19 +281,19 @@ def architecture(chapter: int | None = None) -> Svg:
 def attention_head() -> Svg:
     """Chapter 4: one head's Q, K, V → scores → mask → softmax → context, with shapes."""
     svg = Svg(700, 330, "One attention head: queries, keys, values, scores, mask, softmax, context",
-              "The embeddings (batch, seq, hidden) are projected with head h's rows of the query, key and value "
+              "The layer input h (batch, seq, hidden) is projected with head a's rows of the query, key and value "
               "weights (bertlib.head_slice) into Q, K and V of shape (batch, seq, head_size). Scores are Q times K "
               "transposed divided by the square root of head_size, (batch, seq, seq); the additive padding mask "
               "(bertlib.extended_attention_mask: 0 for real keys, the most negative float for padding) is added; a "
-              "softmax over the keys gives probabilities whose rows sum to 1; probabilities times V give the "
+              "softmax over the keys gives the probabilities alpha, whose rows sum to 1; alpha times V gives the "
               "head's context, (batch, seq, head_size). bertlib.attention_head computes all of it.")
     svg.text(350, 20, "bertlib.attention_head(state_dict, config, hidden, head, mask)", "code", anchor="middle")
-    _box(svg, 6, 135, 110, 56, [("hidden", "title"), ("(batch, seq,", "shape"), ("hidden)", "shape")])
-    names = [("Q = x W_Qᵀ + b_Q", 60), ("K = x W_Kᵀ + b_K", 150), ("V = x W_Vᵀ + b_V", 240)]
+    _box(svg, 6, 135, 110, 56, [("h", "title"), ("(batch, seq,", "shape"), ("hidden)", "shape")])
+    names = [("Q = h W_Qᵀ + b_Q", 60), ("K = h W_Kᵀ + b_K", 150), ("V = h W_Vᵀ + b_V", 240)]
     for s, y in names:
         svg.line([(116, 163), (132, 163), (132, y + 22), (148, y + 22)])
         _box(svg, 150, y, 176, 44, [(s, "small"), ("(batch, seq, head_size)", "shape")])
-    svg.text(238, 48, "head h's rows h·d … (h+1)·d − 1: head_slice", "tag", anchor="middle")
+    svg.text(238, 48, "head a's rows a·d … (a+1)·d − 1: head_slice", "tag", anchor="middle")
     # scores from Q and K
     svg.line([(326, 82), (338, 82), (338, 100), (344, 100)])
     svg.line([(326, 172), (338, 172), (338, 118), (344, 118)])
@@ -302,11 +303,11 @@ def attention_head() -> Svg:
     svg.text(512, 176, "extended_attention_mask", "code")
     svg.text(512, 192, "(batch, 1, 1, seq)", "shape")
     svg.line([(425, 202), (425, 224)])
-    _box(svg, 346, 226, 158, 46, [("softmax over keys", "small"), ("probs: rows sum to 1", "shape")])
+    _box(svg, 346, 226, 158, 46, [("α = softmax over keys", "small"), ("rows sum to 1", "shape")])
     # context = probs @ V
     svg.line([(504, 249), (600, 249), (600, 268)])
     svg.line([(326, 262), (338, 262), (338, 296), (518, 296)])
-    _box(svg, 520, 270, 176, 50, [("context = probs V", "small"), ("(batch, seq, head_size)", "shape")])
+    _box(svg, 520, 270, 176, 50, [("context = α V", "small"), ("(batch, seq, head_size)", "shape")])
     return svg
 
 
@@ -315,14 +316,15 @@ def attention_head() -> Svg:
 def head_split() -> Svg:
     """Chapter 5: one projection for all heads, then view + permute into (batch, heads, seq, head_size)."""
     svg = Svg(700, 430, "Splitting the projected queries into heads with view and permute",
-              "Top: the projected queries (batch, seq, hidden) for three tokens; each row is split into A blocks "
-              "of head_size numbers, one colour per head. Middle: view(batch, seq, heads, head_size) cuts each "
+              "Top: the projected queries (batch, seq, hidden) for tokens 0, 1 and 2; each row is split into A "
+              "blocks of head_size numbers, one colour per head (heads 0 to A - 1). Middle: "
+              "view(batch, seq, heads, head_size) cuts each "
               "token's row into its heads' blocks, stacked. Bottom: permute(0, 2, 1, 3) makes heads the second "
               "dimension, (batch, heads, seq, head_size): each head gets a seq by head_size matrix of its own, the "
               "input of chapter 4's computation. bertlib.transpose_for_scores does both steps; permute back and "
               "reshape to (batch, seq, hidden) merges the heads again.")
-    heads = ("head 1", "head 2", "head 3", "head A")
-    cell, tokens = 14, ("t1", "t2", "t3")
+    heads = ("head 0", "head 1", "head 2", "head A−1")
+    cell, tokens = 14, ("t0", "t1", "t2")
     seg = 4 * cell                                                   # head_size drawn as 4 cells
 
     def block(x: float, y: float, colour: str, cols: int = 4) -> None:
@@ -377,32 +379,33 @@ def head_split() -> Svg:
 
 def pipeline_stages() -> Svg:
     """Chapter 10: pipe(text) = preprocess → _forward → postprocess."""
-    svg = Svg(700, 300, "The three stages of a text-classification pipeline",
-              "A text goes through preprocess (the tokenizer: input_ids, token_type_ids and attention_mask of shape "
-              "(1, seq); bertlib.pipeline.preprocess), then _forward (the model in eval mode under no_grad: logits "
-              "of shape (1, num_labels); bertlib.pipeline.forward), then postprocess (softmax or sigmoid, the best "
-              "label and its score; bertlib.pipeline.postprocess). bertlib.pipeline.classify runs the three in "
-              "batches.")
-    svg.text(350, 20, 'pipe("some post")  →  [{"label": "sci.space", "score": 0.93}]', "code", anchor="middle")
+    svg = Svg(720, 300, "The three stages of a text-classification pipeline",
+              "A text goes through preprocess (the tokenizer adds [CLS] and [SEP] and gives input_ids, "
+              "token_type_ids and attention_mask of shape (1, seq); it does not truncate unless asked to, so "
+              "pass truncation=True for long texts; bertlib.pipeline.preprocess), then _forward (the model in "
+              "eval mode under no_grad: logits of shape (1, num_labels); bertlib.pipeline.forward), then "
+              "postprocess (softmax or sigmoid, the best label and its score; bertlib.pipeline.postprocess). "
+              "bertlib.pipeline.classify runs the three in batches.")
+    svg.text(360, 20, 'pipe("some post")  →  [{"label": "sci.space", "score": 0.93}]', "code", anchor="middle")
     stages = [
-        ("1. preprocess", "tokenizer: truncate, add [CLS]/[SEP]", "(1, seq) ids, segments, mask",
-         "pipe.preprocess", "bertlib.pipeline.preprocess"),
-        ("2. _forward", "model.eval(), torch.no_grad()", "(1, num_labels) logits",
+        ("1. preprocess", ("tokenizer: add [CLS], [SEP]", "no truncation unless asked"),
+         "(1, seq) ids, segments, mask", "pipe.preprocess", "bertlib.pipeline.preprocess"),
+        ("2. _forward", ("model.eval()", "torch.no_grad()"), "(1, num_labels) logits",
          "pipe.forward", "bertlib.pipeline.forward"),
-        ("3. postprocess", "softmax (or sigmoid), top label", '{"label": ..., "score": ...}',
+        ("3. postprocess", ("softmax (or sigmoid)", "top label and its score"), '{"label": ..., "score": ...}',
          "pipe.postprocess", "bertlib.pipeline.postprocess"),
     ]
-    w, gap, y = 222, 17, 48
+    w, gap, y = 220, 20, 48
     for i, (name, what, out, theirs, ours) in enumerate(stages):
-        x = 8 + i * (w + gap)
-        _box(svg, x, y, w, 150, [(name, "title"), (what, "small"), ("", ""), (theirs, "code"), (ours, "code"),
-                                 ("", ""), (out, "shape")])
+        x = 10 + i * (w + gap)
+        _box(svg, x, y, w, 150, [(name, "title"), (what[0], "small"), (what[1], "small"), ("", ""),
+                                 (theirs, "code"), (ours, "code"), ("", ""), (out, "shape")])
         if i < len(stages) - 1:
             svg.line([(x + w, y + 75), (x + w + gap - 2, y + 75)])
-    svg.line([(8, 222), (692, 222)], arrow=True)
-    svg.text(350, 244, "bertlib.pipeline.classify(classifier, tokenizer, texts, id2label): all three, in batches",
+    svg.line([(10, 222), (710, 222)], arrow=True)
+    svg.text(360, 244, "bertlib.pipeline.classify(classifier, tokenizer, texts, id2label): all three, in batches",
              "code", anchor="middle")
-    svg.text(350, 270, "Transformers' Pipeline.run_single calls the same three stages; chapter 10 proves each equal.",
+    svg.text(360, 270, "Transformers' Pipeline.run_single calls the same three stages; chapter 10 proves each equal.",
              "small", anchor="middle")
     return svg
 
@@ -415,10 +418,11 @@ def mlm_nsp_input() -> Svg:
     masked = ["[CLS]", "the", "[MASK]", "sat", "on", "the", "dog", "[SEP]", "it", "was", "warm", "[SEP]"]
     labels = ["-100", "-100", "cat", "-100", "-100", "-100", "mat", "-100", "-100", "was", "-100", "-100"]
     segments = [0] * 8 + [1] * 4
-    svg = Svg(700, 324, "A pre-training input: a sentence pair, masked tokens and the two targets",
+    svg = Svg(700, 344, "A pre-training input: a sentence pair, masked tokens and the two targets",
               "Sentence A 'the cat sat on the mat' and sentence B 'it was warm' are packed as [CLS] A [SEP] B [SEP], "
               "with segment ids 0 for [CLS], A and the first [SEP], and 1 for B and the last [SEP], and positions 0 "
-              "to 11. Masking (bertlib.pretraining.mask_tokens) chooses about 15% of the non-special tokens: here "
+              "to 11. Masking (bertlib.pretraining.mask_tokens) chooses about 15% of the non-special tokens; the "
+              "picture chooses 3 of the 9, far more than 15%, so that each of the three cases shows: "
               "'cat' becomes [MASK] (80% of chosen tokens), 'mat' becomes a random token 'dog' (10%) and 'was' stays "
               "unchanged (10%). The MLM labels hold the original token at the chosen positions and -100 elsewhere. "
               "The NSP label says whether B really followed A (IsNext) or was drawn from another document "
@@ -446,11 +450,13 @@ def mlm_nsp_input() -> Svg:
     svg.text(x0 + 2 * cw + 23, 250, "80%: [MASK]", "tag", anchor="middle")
     svg.text(x0 + 6 * cw + 23, 250, "10%: random", "tag", anchor="middle")
     svg.text(x0 + 9 * cw + 23, 250, "10%: kept", "tag", anchor="middle")
-    svg.text(10, 276, "bertlib.pretraining.mask_tokens chooses 15% of the non-special tokens; the MLM loss "
-             "(mlm_logits) sees only them.", "small")
-    svg.text(10, 296, "NSP label: IsNext / NotNext (nsp_pairs), predicted from the pooled [CLS] vector by "
+    svg.text(10, 276, "bertlib.pretraining.mask_tokens chooses about 15% of the non-special tokens; the MLM "
+             "loss sees only them.", "small")
+    svg.text(10, 296, "Here 3 of the 9 are chosen, exaggerated so that all three cases show (mlm_logits scores "
+             "them).", "small")
+    svg.text(10, 316, "NSP label: IsNext / NotNext (nsp_pairs), predicted from the pooled [CLS] vector by "
              "nsp_logits.", "small")
-    svg.text(10, 316, "tokenize_pairs packs pairs as [CLS] A [SEP] B [SEP] with segment ids 0 / 1.", "small")
+    svg.text(10, 336, "tokenize_pairs packs pairs as [CLS] A [SEP] B [SEP] with segment ids 0 / 1.", "small")
     return svg
 
 

@@ -118,3 +118,85 @@ def test_every_figure_cell_points_at_a_diagram_with_alt_text():
 def test_script_writes_the_files(tmp_path):
     assert MF.main(["--out", str(tmp_path)]) == 0
     assert {p.name: p.read_text(encoding="utf-8") for p in tmp_path.glob("*.svg")} == RENDERED
+
+
+# ------------------------------------------------------------------------------------- everything on the canvas
+
+#: Average advance of one character, as a fraction of the font size: DejaVu Sans Mono is 0.602; DejaVu Sans (the
+#: first choice of the sans stack) averages about 0.54 on the diagrams' text, taken here as 0.55; bold is wider.
+_ADVANCE = {"mono": 0.61, "sans": 0.55}
+_BOLD = 1.08
+
+
+def _text_styles(svg_text: str) -> dict[str, dict[str, object]]:
+    """CSS class (or ``text``) -> {size, mono, bold}, read from the SVG's own ``<style>``."""
+    css = re.search(r"<style>(.*?)</style>", svg_text, re.S).group(1)
+    styles = {}
+    for selector, body in re.findall(r"(text|\.[\w-]+)\s*\{([^}]*)\}", css):
+        entry = {}
+        if m := re.search(r"font-size:\s*([\d.]+)px", body):
+            entry["size"] = float(m.group(1))
+        if "font-family" in body:
+            entry["mono"] = "Mono" in body or "monospace" in body
+        if "font-weight: bold" in body:
+            entry["bold"] = True
+        styles[selector.lstrip(".")] = entry
+    return styles
+
+
+def _text_box(el, styles) -> tuple[float, float, float, float]:
+    """(left, top, right, bottom) of a <text> element, its width estimated from font size x characters."""
+    font = {"size": 13.0, "mono": False, "bold": False} | styles["text"]
+    for name, entry in styles.items():           # later rules win, as in CSS: the stylesheet's order
+        if name in (el.get("class") or "").split():
+            font |= entry
+    size = font["size"]
+    width = len(el.text or "") * size * _ADVANCE["mono" if font["mono"] else "sans"] * (_BOLD if font.get("bold")
+                                                                                        else 1.0)
+    x, y = float(el.get("x")), float(el.get("y"))
+    start = {"start": 0.0, "middle": 0.5, "end": 1.0}[el.get("text-anchor", "start")] * width
+    if "rotate(-90" in (el.get("transform") or ""):   # reads upwards from (x, y)
+        return x - 0.8 * size, y - width + start, x + 0.25 * size, y + start
+    return x - start, y - 0.8 * size, x - start + width, y + 0.25 * size
+
+
+def _rects(root) -> list[tuple[float, float, float, float]]:
+    return [(float(r.get("x")), float(r.get("y")), float(r.get("x")) + float(r.get("width")),
+             float(r.get("y")) + float(r.get("height"))) for r in root.iter(SVG + "rect")]
+
+
+@pytest.mark.parametrize("name", sorted(RENDERED))
+def test_every_rect_and_text_lies_inside_the_viewbox(name):
+    root = ET.fromstring(RENDERED[name])
+    x0, y0, width, height = (float(v) for v in root.get("viewBox").split())
+    styles = _text_styles(RENDERED[name])
+    out = []
+    for left, top, right, bottom in _rects(root):
+        if left < x0 or top < y0 or right > x0 + width or bottom > y0 + height:
+            out.append(f"rect ({left:g}, {top:g})-({right:g}, {bottom:g})")
+    for el in root.iter(SVG + "text"):
+        left, top, right, bottom = _text_box(el, styles)
+        if left < x0 or top < y0 or right > x0 + width or bottom > y0 + height:
+            out.append(f"text {el.text!r} ({left:.0f}, {top:.0f})-({right:.0f}, {bottom:.0f})")
+    assert not out, f"{name}: outside the viewBox 0 0 {width:g} {height:g}: " + "; ".join(out)
+
+
+@pytest.mark.parametrize("name", sorted(RENDERED))
+def test_text_inside_a_box_fits_the_box(name):
+    """A label whose anchor lies in a box stays within the innermost box that holds it (with 1 px of slack)."""
+    root = ET.fromstring(RENDERED[name])
+    styles = _text_styles(RENDERED[name])
+    rects = _rects(root)
+    out = []
+    for el in root.iter(SVG + "text"):
+        if not (el.text or "").strip() or el.get("transform"):
+            continue
+        x, y = float(el.get("x")), float(el.get("y"))
+        holders = [r for r in rects if r[0] < x < r[2] and r[1] < y - 4 < r[3]]
+        if not holders:
+            continue
+        left, top, right, bottom = min(holders, key=lambda r: (r[2] - r[0]) * (r[3] - r[1]))
+        tl, _, tr, _ = _text_box(el, styles)
+        if tl < left - 1 or tr > right + 1:
+            out.append(f"{el.text!r} spans x {tl:.0f}-{tr:.0f}, its box x {left:g}-{right:g}")
+    assert not out, f"{name}: " + "; ".join(out)
