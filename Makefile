@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 ## make test: unit tests of bertlib against transformers, then nbval over every notebook in _toc.yml.
 ## Each notebook whose cells all pass is stored with its outputs in the book's execution cache
 ## (tests/nbval_book_cache.py), so a `make book` after it renders them instead of executing them again.
-NBVAL_RUN := --nbval-lax --nbval-current-env
+NBVAL_RUN := --nbval-lax --nbval-current-env -p tests.nbval_learner   # every exercise check also runs in learner mode
 NBVAL := $(NBVAL_RUN) -p tests.nbval_book_cache --nbval-book-cache
 test: $(STAMP)
 	$(PY) -m pytest tests $$($(PY) tests/toc.py) $(NBVAL) --durations=15

@@ -14,7 +14,14 @@ from .layer import activation, attention_output, encoder_layer, feed_forward, ge
 from .layer_norm import layer_norm
 from .multi_head import self_attention, transpose_for_scores
 from .pooler import pooler
-from .pretrained import Pretrained, default_model_path, load_pretrained, split_bert_state_dict, to_hf_model
+from .pretrained import (
+    Pretrained,
+    default_model_path,
+    load_pretrained,
+    max_length,
+    split_bert_state_dict,
+    to_hf_model,
+)
 from .runtime import get_device, get_profile, set_seed, setup, tolerance
 
 __version__ = "0.1.0"
@@ -24,6 +31,6 @@ __all__ = [
     "attention_output", "bert_forward", "causal_attention_mask", "check_config", "check_inputs", "check_state_dict",
     "default_model_path", "embeddings", "encoder", "encoder_layer", "expected_shapes", "extended_attention_mask",
     "feed_forward", "gelu", "gelu_tanh", "get_attention_function", "get_device", "get_profile", "head_slice",
-    "layer_norm", "load_pretrained", "pooler", "self_attention", "set_seed", "setup", "split_bert_state_dict",
-    "to_hf_model", "tolerance", "transpose_for_scores",
+    "layer_norm", "load_pretrained", "max_length", "pooler", "self_attention", "set_seed", "setup",
+    "split_bert_state_dict", "to_hf_model", "tolerance", "transpose_for_scores",
 ]

@@ -15,5 +15,9 @@ def pooler(state_dict: Mapping[str, torch.Tensor], config: BertConfig, sequence_
     ``sequence_output``: ``(batch, seq, hidden)`` → ``(batch, hidden)``. Defined in chapter 8, *Pooler and
     classifier head*.
     """
+    if "pooler.dense.weight" not in state_dict:
+        raise ValueError("this state dict has no pooler weights (pooler.dense.*): checkpoints saved from "
+                         "BertForMaskedLM or without a pooler lack them. Load it with bertlib.load_pretrained, which "
+                         "initialises a missing pooler as BertModel does, or use add_pooling_layer=False.")
     cls = sequence_output[:, 0]  # (batch, hidden)
     return torch.tanh(F.linear(cls, state_dict["pooler.dense.weight"], state_dict["pooler.dense.bias"]))
