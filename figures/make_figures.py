@@ -17,6 +17,12 @@ Diagrams (``python figures/make_figures.py --list`` prints them):
   highlighted ("you are here", chapters 2-8).
 - ``attention_head.svg`` (chapter 4), ``head_split.svg`` (chapter 5), ``pipeline_stages.svg`` (chapter 10),
   ``mlm_nsp_input.svg`` (chapter 11).
+- Offered to the chapters (``OFFERED``): ``pretrain_finetune.svg`` (pre-training, then fine-tuning),
+  ``post_ln_pre_ln.svg`` (chapter 6), ``sliding_windows.svg`` (chapter 9b), ``relative_distance.svg`` (chapter 13),
+  ``kv_cache.svg`` (a decoder's key/value cache).
+
+Notation as in ``notation.md``: layers $L$, heads and tokens numbered from 0, head $a$, $Q = hW_Q^\top + b_Q$.
+``tests/test_figures.py`` also checks that every box and label lies inside the canvas.
 """
 
 from __future__ import annotations
@@ -126,7 +132,7 @@ BERTLIB_NAMES = (
     "self_attention", "attention_output", "feed_forward", "encoder_layer", "encoder", "bert_forward", "pooler",
     "BertClassifier", "head_slice", "pipeline.preprocess", "pipeline.forward", "pipeline.postprocess",
     "pipeline.classify", "pretraining.mask_tokens", "pretraining.nsp_pairs", "pretraining.tokenize_pairs",
-    "pretraining.mlm_logits", "pretraining.nsp_logits",
+    "pretraining.mlm_logits", "pretraining.nsp_logits", "windows.split_windows", "windows.pool_windows",
 )
 
 
@@ -460,7 +466,268 @@ def mlm_nsp_input() -> Svg:
     return svg
 
 
+# ------------------------------------------------------------------------- pre-train, then fine-tune (ch. 9, 11)
+
+def pretrain_finetune() -> Svg:
+    """Devlin et al.'s Figure 1 idea in the book's notation: one encoder, pre-trained, then fine-tuned with a head."""
+    svg = Svg(740, 380, "Pre-training, then fine-tuning: the same encoder with a different head",
+              "Left, pre-training (chapter 11): unlabelled text packed as [CLS] A [SEP] B [SEP], with some tokens "
+              "replaced by [MASK], goes through the encoder (L layers of width H). The masked-LM head predicts the "
+              "original token at each masked position and the next-sentence head predicts from [CLS] whether B "
+              "followed A. Right, fine-tuning (chapter 9): the encoder starts from the pre-trained weights; a post "
+              "packed as [CLS] text [SEP] goes through it, and a new classifier head, initialised at random, turns "
+              "the [CLS] vector into C logits, one per class. All the weights, the encoder's and the head's, train "
+              "on the labelled posts.")
+    panels = [
+        (10, "Pre-training (chapter 11)", "unlabelled text, two self-made tasks",
+         ["[CLS]", "the", "cat", "[MASK]", "[SEP]", "it", "[SEP]"], {3}),
+        (400, "Fine-tuning (chapter 9)", "labelled posts, one task",
+         ["[CLS]", "my", "disk", "is", "full", "[SEP]"], set()),
+    ]
+    pw, cw = 330, 46
+    for x, title, sub, tokens, masked in panels:
+        svg.rect(x, 30, pw, 300, "frame")
+        svg.text(x + 12, 50, title, "title")
+        svg.text(x + 12, 68, sub, "tag")
+        x0 = x + (pw - len(tokens) * cw) / 2
+        for i, tok in enumerate(tokens):      # the input tokens, bottom
+            style = f"fill: {HIGHLIGHT}; fill-opacity: 0.3" if i in masked else ""
+            svg.rect(x0 + i * cw, 284, cw - 4, 28, "box", rx=3, style=style)
+            svg.text(x0 + i * cw + (cw - 4) / 2, 302, tok, "code small", anchor="middle")
+            svg.line([(x0 + i * cw + (cw - 4) / 2, 284), (x0 + i * cw + (cw - 4) / 2, 246)])
+        _box(svg, x + 20, 186, pw - 40, 58, [("BERT encoder", "title"), ("L layers, width H", "small"),
+                                              ("bertlib.encoder", "code")])
+        cls_x = x0 + (cw - 4) / 2
+        if masked:
+            m_x = x0 + 3 * cw + (cw - 4) / 2
+            svg.line([(cls_x, 186), (cls_x, 128)])
+            svg.line([(m_x, 186), (m_x, 128)])
+            _box(svg, x + 8, 84, 122, 42, [("NSP head", "small"), ("IsNext / NotNext", "shape")])
+            _box(svg, x + 142, 84, 178, 42, [("masked-LM head", "small"), ("the original: 'sat'", "shape")])
+        else:
+            svg.line([(cls_x, 186), (cls_x, 128)])
+            _box(svg, x + 12, 84, 200, 42, [("new classifier head", "small"), ("C logits: comp.sys.mac...?", "shape")])
+    # the weights carry over
+    svg.line([(320, 215), (418, 215)])
+    svg.text(370, 205, "weights", "tag", anchor="middle")
+    svg.text(370, 232, "copied", "tag", anchor="middle")
+    svg.text(10, 352, "Pre-training learns the encoder once, from raw text; fine-tuning starts from it and trains "
+             "every weight", "small")
+    svg.text(10, 370, "again, with a small learning rate and a new head, for a few epochs on one task's labels.",
+             "small")
+    return svg
+
+
+# ------------------------------------------------------------------------------------ post-LN and pre-LN (ch. 6)
+
+def post_ln_pre_ln() -> Svg:
+    """Chapter 6: where LayerNorm sits around a residual sub-layer, BERT's post-LN beside pre-LN."""
+    svg = Svg(700, 400, "A residual sub-layer with LayerNorm after the add (post-LN, BERT) and before the "
+                        "sub-layer (pre-LN)",
+              "Two blocks side by side, each reading the layer input h at the top. Post-LN, as in BERT and the "
+              "original Transformer: h goes into the sub-layer (attention or feed-forward), the sub-layer's output "
+              "is added to h through the residual connection, and LayerNorm normalises the sum: "
+              "LN(h + sublayer(h)). Pre-LN, as in GPT-2 and most later models: LayerNorm normalises h first, the "
+              "sub-layer reads the normalised vector, and its output is added to h itself: h + sublayer(LN(h)). "
+              "In pre-LN the residual path from the output back to the input crosses no LayerNorm, so gradients "
+              "reach the early layers undiminished; in post-LN every layer's LayerNorm lies on that path.")
+
+    def column(x: float, title: str, formula: str, steps: list[str]) -> None:
+        svg.text(x + 150, 24, title, "title", anchor="middle")
+        svg.text(x + 150, 42, formula, "code", anchor="middle")
+        _box(svg, x + 90, 56, 120, 32, [("h (layer input)", "small")])
+        y = 88
+        for i, step in enumerate(steps):
+            top = 116 + i * 70
+            svg.line([(x + 150, y), (x + 150, top)])
+            if step == "add":
+                svg.rect(x + 130, top, 40, 32, "box", rx=16)
+                svg.text(x + 150, top + 21, "+", "title", anchor="middle")
+                add_y = top + 16
+            else:
+                _box(svg, x + 70, top, 160, 32, [(step, "small")], here=step == "LayerNorm")
+            y = top + 32
+        svg.line([(x + 150, y), (x + 150, y + 30)])
+        svg.text(x + 150, y + 46, "output: the next sub-layer's h", "small", anchor="middle")
+        # the residual connection: from h, down the side, into the add
+        svg.line([(x + 210, 72), (x + 262, 72), (x + 262, add_y), (x + 172, add_y)])
+        svg.text(x + 278, (72 + add_y) / 2, "residual", "tag", anchor="middle", rotate=True)
+
+    column(20, "Post-LN (BERT)", "LN(h + sublayer(h))", ["sublayer(h)", "add", "LayerNorm"])
+    column(370, "Pre-LN (GPT-2, later models)", "h + sublayer(LN(h))", ["LayerNorm", "sublayer(·)", "add"])
+    svg.line([(350, 56), (350, 330)], arrow=False, cls="frame")
+    svg.text(10, 372, "Post-LN puts a LayerNorm on the residual path of every layer; pre-LN leaves a clean path from "
+             "output to input", "small")
+    svg.text(10, 390, "and needs one more LayerNorm after the last layer. sublayer = attention or feed-forward "
+             "(chapter 6).", "small")
+    return svg
+
+
+# ---------------------------------------------------------------------------- windows over a long post (ch. 9b)
+
+def sliding_windows() -> Svg:
+    """Chapter 9b: a long post cut into overlapping windows that share ``stride`` tokens (bertlib.windows)."""
+    n, room, stride = 28, 10, 3
+    step = room - stride
+    starts = list(range(0, n - stride, step))
+    svg = Svg(790, 370, "Sliding windows with a stride over a long post",
+              f"A post of {n} tokens, longer than one window, is cut into windows of max_length tokens: [CLS], "
+              f"room = max_length - 2 = {room} tokens of the post, and [SEP]. Consecutive windows share stride = "
+              f"{stride} tokens, so each starts {step} = room - stride tokens after the previous one: tokens "
+              + ", ".join(f"{a} to {min(a + room, n) - 1}" for a in starts) +
+              ". The last window is shorter and is padded. Every token is in at least one window. Each window goes "
+              "through BERT on its own, giving one vector per window; the post's vector pools them (mean, max or "
+              "attention over the windows) before the classifier (bertlib.windows.split_windows, "
+              "bertlib.windows.pool_windows).")
+    x0, cw, cap = 120, 20, 40                # first token's x, one token's width, a [CLS]/[SEP] cell's width
+    svg.text(10, 24, f"A post of {n} tokens (the text's tokens, before [CLS] and [SEP] are added)", "small")
+    for t in range(n):
+        svg.rect(x0 + t * cw, 36, cw - 3, 22, "box", rx=2)
+        svg.text(x0 + t * cw + (cw - 3) / 2, 51, str(t), "tag", anchor="middle")
+    for w, a in enumerate(starts):
+        b = min(a + room, n)
+        y = 84 + w * 48
+        colour = HEAD_COLOURS[w % len(HEAD_COLOURS)]
+        svg.text(10, y + 18, f"window {w}", "small")
+        svg.rect(x0 + a * cw - cap - 2, y, cap, 26, "box", rx=3)
+        svg.text(x0 + a * cw - cap / 2 - 2, y + 17, "[CLS]", "code small", anchor="middle")
+        svg.rect(x0 + a * cw, y, (b - a) * cw - 3, 26, "box", rx=3, style=f"fill: {colour}; fill-opacity: 0.3")
+        svg.text(x0 + (a + stride + b) / 2 * cw, y + 17, f"{a}–{b - 1}", "shape", anchor="middle")
+        svg.rect(x0 + b * cw - 1, y, cap, 26, "box", rx=3)
+        svg.text(x0 + b * cw - 1 + cap / 2, y + 17, "[SEP]", "code small", anchor="middle")
+        if b - a < room:                      # the last window is shorter: padding fills it up
+            px = x0 + b * cw + cap + 1
+            svg.rect(px, y, (room - (b - a)) * cw, 26, "frame", rx=3)
+            svg.text(px + (room - (b - a)) * cw / 2, y + 17, "pad", "tag", anchor="middle")
+        if w:
+            svg.rect(x0 + a * cw - 2, y - 3, stride * cw + 1, 32, "callout-line", rx=3)
+    svg.text(x0 + (starts[1] + stride / 2) * cw, 84 + 48 + 44, f"stride = {stride}", "callout", anchor="middle")
+    svg.text(x0 + (starts[1] + stride / 2) * cw + 46, 84 + 48 + 44, "tokens shared", "tag")
+    yb = 84 + len(starts) * 48 + 6
+    svg.line([(x0, yb), (x0 + room * cw - 3, yb)], arrow=False)
+    svg.text(x0 + room * cw / 2, yb + 16, f"room = max_length − 2 = {room}", "shape", anchor="middle")
+    svg.text(x0 + room * cw + 40, yb + 16, f"step = room − stride = {step}: where the next window starts", "shape")
+    svg.text(10, yb + 46, "Each window goes through BERT alone: one vector per window. The post's vector pools them "
+             "(mean, max", "small")
+    svg.text(10, yb + 64, "or attention) before the classifier: bertlib.windows.split_windows, "
+             "bertlib.windows.pool_windows.", "small")
+    return svg
+
+
+# ------------------------------------------------------------------------- relative distances (ch. 13)
+
+def relative_distance_table() -> Svg:
+    """Chapter 13: the distance i - j of every query/key pair indexes one shared table of 2P - 1 rows."""
+    t, big_p = 5, 5
+    svg = Svg(800, 370, "Relative positions: every query-key pair reads the row of its distance in one table",
+              f"Left: the distances i - j for a sequence of {t} tokens, query token i in the rows and key token j in "
+              "the columns, from -4 to 4; every cell on one diagonal has the same distance. Right: the learned "
+              f"table distance_embedding has 2P - 1 rows (here P = {big_p}, so 9 rows, numbered 0 to 8), each of "
+              "head size d. The pair (i, j) reads row i - j + P - 1: distance 0 reads the middle row P - 1, "
+              "distance -4 row 0 and distance 4 row 2P - 2. With relative_key (Shaw et al.) the score of (i, j) "
+              "gains q_i times that row; relative_key_query (Huang et al.) adds k_j times the same row too. A "
+              "sequence longer than P would need a row the table does not have.")
+    cs, gx, gy = 40, 70, 70
+
+    def fill(dist: int) -> str:               # one hue for keys on the left, another for the right, darker further
+        hue = HEAD_COLOURS[2] if dist > 0 else HEAD_COLOURS[0]
+        return f"fill: {hue}; fill-opacity: {0.06 + 0.11 * abs(dist):.2f}"
+
+    svg.text(gx + t * cs / 2, 30, "distance i − j", "title", anchor="middle")
+    svg.text(gx + t * cs / 2, 50, "key token j →", "small", anchor="middle")
+    svg.text(gx - 36, gy + t * cs / 2, "query token i →", "small", anchor="middle", rotate=True)
+    ei, ej = 4, 2                               # the example pair, and the row it reads
+    er = ei - ej + big_p - 1
+    for j in range(t):
+        svg.text(gx + j * cs + cs / 2, gy - 4, str(j), "tag", anchor="middle")
+    for i in range(t):
+        svg.text(gx - 8, gy + i * cs + cs / 2 + 4, str(i), "tag", anchor="end")
+        for j in range(t):
+            svg.rect(gx + j * cs, gy + i * cs, cs - 2, cs - 2, "box", rx=2, style=fill(i - j))
+            svg.text(gx + j * cs + cs / 2 - 1, gy + i * cs + cs / 2 + 4, f"{i - j:+d}" if i != j else "0", "code",
+                     anchor="middle")
+    svg.rect(gx + ej * cs - 2, gy + ei * cs - 2, cs + 2, cs + 2, "callout-line", rx=3)
+    # the table
+    tx, ty, rh = 470, 46, 28
+    svg.text(tx + 60, 30, "distance_embedding", "code", anchor="middle")
+    for r in range(2 * big_p - 1):
+        dist = r - (big_p - 1)
+        svg.rect(tx, ty + r * rh, 120, rh - 3, "box", rx=2, style=fill(dist))
+        svg.text(tx + 60, ty + r * rh + 17, f"row {r}: i − j = {dist:+d}" if dist else f"row {r}: i − j = 0",
+                 "small", anchor="middle")
+    svg.rect(tx - 2, ty + er * rh - 2, 124, rh + 1, "callout-line", rx=3)
+    svg.text(tx + 130, ty + (big_p - 1) * rh + 17, f"← row P − 1 (here P = {big_p})", "tag")
+    svg.text(tx + 130, ty + er * rh + 17, f"← pair ({ei}, {ej}): {ei} − {ej} + {big_p - 1} = {er}", "tag")
+    svg.line([(gx + ej * cs + cs / 2, gy + t * cs), (gx + ej * cs + cs / 2, gy + t * cs + 12),
+              (tx - 24, gy + t * cs + 12), (tx - 24, ty + er * rh + 12), (tx - 4, ty + er * rh + 12)],
+             cls="callout-line")
+    svg.text(10, 322, "Pair (i, j) reads row i − j + P − 1: one row of head size d per distance, shared by a whole "
+             "diagonal.", "small")
+    svg.text(10, 340, "relative_key (Shaw et al.): the score of (i, j) gains q_i · row; relative_key_query (Huang et "
+             "al.)", "small")
+    svg.text(10, 358, "adds k_j · row as well. Only 2P − 1 rows exist: a longer sequence has distances the table "
+             "cannot index.", "small")
+    return svg
+
+
+# ----------------------------------------------------------------------------- a decoder's key/value cache
+
+def kv_cache() -> Svg:
+    """Generation with a causal decoder: each step computes the new token's q, k, v and reuses the cached K, V."""
+    t = 4
+    svg = Svg(720, 300, "A decoder's key/value cache: one new token per step, earlier keys and values reused",
+              f"A causal decoder generating text, at step {t}. Tokens 0 to {t - 1} were processed in earlier steps; "
+              f"their keys k_0 to k_{t - 1} and values v_0 to v_{t - 1} are kept in the cache. Step {t} computes "
+              f"the query q_{t}, key k_{t} and value v_{t} of the new token {t} only, appends k_{t} and v_{t} to "
+              f"the cache, scores q_{t} against every cached key k_0 to k_{t} (the causal mask allows no later "
+              f"token, and there is none), and takes the softmax-weighted sum of v_0 to v_{t}. Each step costs "
+              "work proportional to the tokens so far, instead of recomputing all of them. BERT is an encoder: it "
+              "reads all its tokens at once, every token sees both sides, and it needs no cache.")
+    x0, cw = 110, 62
+    svg.text(10, 24, f"Generating token by token, step {t}: only token {t} is new", "title")
+    rows = [("tokens", [f"tok {j}" for j in range(t + 1)]), ("keys K", [f"k_{j}" for j in range(t + 1)]),
+            ("values V", [f"v_{j}" for j in range(t + 1)])]
+    for r, (name, cells) in enumerate(rows):
+        y = 48 + r * 64
+        svg.text(x0 - 12, y + 19, name, "small", anchor="end")
+        for j, c in enumerate(cells):
+            style = f"fill: {HIGHLIGHT}; fill-opacity: 0.3" if j == t else ""
+            svg.rect(x0 + j * cw, y, cw - 6, 28, "box", rx=3, style=style)
+            svg.text(x0 + j * cw + (cw - 6) / 2, y + 19, c, "code", anchor="middle")
+        if r:
+            svg.rect(x0 - 4, y - 4, t * cw + 2, 36, "frame", rx=4)
+    svg.text(x0 + t * cw / 2, 232, f"the cache, kept from steps 0 to {t - 1}", "tag", anchor="middle")
+    svg.text(x0 + t * cw + (cw - 6) / 2, 232, "new", "callout", anchor="middle")
+    right = x0 + (t + 1) * cw - 6            # the rows' right end
+    bx = right + 44
+    _box(svg, bx, 40, 250, 44, [(f"token {t} only: q_{t}, k_{t}, v_{t} from h_{t}", "small"),
+                                (f"k_{t}, v_{t} appended to the cache", "shape")])
+    _box(svg, bx, 112, 250, 44, [(f"scores q_{t} · k_j / √d", "small"), (f"j = 0 … {t}: every cached key", "shape")])
+    _box(svg, bx, 176, 250, 44, [(f"α_{t}j: softmax of the scores over j", "small"),
+                                 (f"context_{t} = Σ_j α_{t}j v_j", "shape")])
+    svg.line([(right + 2, 126), (bx - 2, 134)])
+    svg.line([(right + 2, 190), (bx - 2, 198)])
+    svg.line([(bx + 125, 84), (bx + 125, 110)])
+    svg.line([(bx + 125, 156), (bx + 125, 174)])
+    svg.text(10, 270, "Causal mask: token i attends to tokens j ≤ i only, so the keys and values of earlier tokens "
+             "never change", "small")
+    svg.text(10, 288, "and can be kept. BERT is an encoder: it reads all its tokens at once and needs no cache.",
+             "small")
+    return svg
+
+
 # ------------------------------------------------------------------------------------------------- outputs
+
+#: Figures drawn for chapters that may show them (issue 28 §4), with the chapter each one is for. A figure leaves
+#: this list once a chapter shows it (tests/test_figures.py: every other figure must be shown somewhere).
+OFFERED: dict[str, str] = {
+    "pretrain_finetune.svg": "chapter 9 or 11: pre-training, then fine-tuning",
+    "post_ln_pre_ln.svg": "chapter 6: post-LN and pre-LN blocks",
+    "sliding_windows.svg": "chapter 9b: windows with a stride over a long post",
+    "relative_distance.svg": "chapter 13: the relative-distance table",
+    "kv_cache.svg": "chapter 13 or 15: a decoder's key/value cache",
+}
+
 
 def figures() -> dict[str, Callable[[], Svg]]:
     """File name -> the function that draws it."""
@@ -468,7 +735,10 @@ def figures() -> dict[str, Callable[[], Svg]]:
     for chapter in CHAPTER_PARTS:
         out[f"bert_architecture_ch{chapter:02d}.svg"] = lambda c=chapter: architecture(c)
     out.update({"attention_head.svg": attention_head, "head_split.svg": head_split,
-                "pipeline_stages.svg": pipeline_stages, "mlm_nsp_input.svg": mlm_nsp_input})
+                "pipeline_stages.svg": pipeline_stages, "mlm_nsp_input.svg": mlm_nsp_input,
+                "pretrain_finetune.svg": pretrain_finetune, "post_ln_pre_ln.svg": post_ln_pre_ln,
+                "sliding_windows.svg": sliding_windows, "relative_distance.svg": relative_distance_table,
+                "kv_cache.svg": kv_cache})
     return out
 
 

@@ -112,7 +112,10 @@ def test_every_figure_cell_points_at_a_diagram_with_alt_text():
                 assert opts.get("alt") and caption, f"{path.name}: {target} needs :alt: and a caption"
                 used.add(Path(target).name)
     assert {"attention_head.svg", "head_split.svg", "pipeline_stages.svg", "mlm_nsp_input.svg"} <= used
-    assert used | {"bert_architecture.svg"} == set(RENDERED)
+    # every figure is shown somewhere, except those drawn for chapters that have not taken them up yet
+    assert set(MF.OFFERED) <= set(RENDERED)
+    assert used | {"bert_architecture.svg"} | set(MF.OFFERED) == set(RENDERED), (
+        f"figures no page shows: {sorted(set(RENDERED) - used - {'bert_architecture.svg'} - set(MF.OFFERED))}")
 
 
 def test_script_writes_the_files(tmp_path):
