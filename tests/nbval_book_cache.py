@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -26,8 +25,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "_ext"))
-from bertbook import cachekey, measure, offline  # noqa: E402  (the book's own extension: one definition of each rule)
+# The book's own extension (one definition of each rule), _ext/bertbook, is imported where it is used: pytest
+# imports this plugin (-p) before it puts pyproject.toml's `pythonpath` (_ext among them) on sys.path.
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -54,6 +53,8 @@ class BookCache:
     """Collects each notebook's cell outputs and outcome; stores the notebook when its last cell has run."""
 
     def __init__(self, cache: Path) -> None:
+        from bertbook import cachekey, measure, offline
+
         self.cache = cache
         self.state = measure.state_dir(ROOT / "_build")
         if cachekey.ensure_fresh(cache, ROOT):
@@ -69,6 +70,8 @@ class BookCache:
         if not _is_cell(item):
             yield
             return
+        from bertbook import measure
+
         doc = _docname(item)
         if item.cell_num == 0:  # the kernel starts in this cell's setup: it inherits these variables
             self.seconds[doc] = 0.0
@@ -92,6 +95,8 @@ class BookCache:
         """The executed notebook into the cache, and its measurement where the book build looks for it."""
         from jupyter_cache import get_cache
         from jupyter_cache.base import CacheBundleIn
+
+        from bertbook import measure
 
         cells = [c for c in notebook_file.session.items if _is_cell(c) and c.parent is notebook_file]
         nb = copy.deepcopy(notebook_file.nb)

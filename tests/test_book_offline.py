@@ -5,14 +5,12 @@ npm pins agree with the lock file. The browser tests (tests/browser) check the b
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import torch
 
 from toc import ROOT
 
-sys.path.insert(0, str(ROOT / "_ext"))
 offline = pytest.importorskip("bertbook.offline", reason="the book extras (sphinx) are not installed")
 
 

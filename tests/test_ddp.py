@@ -6,9 +6,10 @@ rank gets it, the other none, which is the hardest case of the loss weighting. D
 rank 1 draws other masks than a single process) and gradient clipping is off (``--max-grad-norm 1e9``): clipping
 rescales each step's gradient to norm 1, which would hide a wrongly scaled loss from this comparison.
 
-Three launches, about a minute and a half on two cores:
+Two launches and one run in this process, about a minute and a half on two cores (marked ``slow``: ``make unit``
+leaves them out, ``make test`` runs them):
 
-* ``single``: ``python -m bertlib.finetune``, one process;
+* ``single``: the command's entry point (``bertlib.finetune.main``) in this process, on one thread;
 * ``ddp``: ``python -m torch.distributed.run --standalone --nproc_per_node=2 -m bertlib.finetune`` with
   ``--stop-after-steps 3``, then the same command again, which resumes from rank 0's checkpoint on both ranks.
 
@@ -18,6 +19,8 @@ same class for every post.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -31,7 +34,7 @@ from safetensors.torch import load_file
 
 import bertlib
 from bertlib import finetune as ft
-from conftest import _data_available, finish
+from helpers import finish, needs_data, one_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTING = ["--profile", "quick", "--train-size", "117", "--test-size", "40", "--max-length", "64", "--epochs", "1",
@@ -47,24 +50,33 @@ def _gloo() -> bool:
     return dist.is_available() and dist.is_gloo_available()
 
 
-needs_data = pytest.mark.skipif(not _data_available(), reason="20 Newsgroups offline: set BERTLIB_20NG_ARCHIVE")
 needs_gloo = pytest.mark.skipif(not _gloo(), reason="this torch build has no torch.distributed with gloo")
 
 
-def _launch(out: Path, *extra: str, nproc: int = 1) -> subprocess.Popen:
+def _launch(out: Path, *extra: str, nproc: int) -> subprocess.Popen:
+    """``torchrun --nproc_per_node=nproc -m bertlib.finetune --out OUT SETTING... extra``, one CPU thread each."""
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
                                                             "MASTER_PORT")}
     env.update(CI="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), BERTLIB_DEVICE="cpu")
-    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
+    launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     return subprocess.Popen([sys.executable, *launcher, "-m", "bertlib.finetune", "--out", str(out), *SETTING,
                              *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _single(out: Path, *extra: str) -> str:
+    """The same command in this process (its entry point, one thread, no launcher); returns what it printed."""
+    log = io.StringIO()
+    with one_thread(), contextlib.redirect_stdout(log):
+        assert ft.main(["--out", str(out), *SETTING, *extra]) == 0
+    return log.getvalue()
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     single, ddp = tmp_path_factory.mktemp("single"), tmp_path_factory.mktemp("ddp")
-    first, stopped = _launch(single, "--no-export"), _launch(ddp, "--stop-after-steps", "3", nproc=2)
-    log_single, log_stop = finish(first), finish(stopped)
+    stopped = _launch(ddp, "--stop-after-steps", "3", nproc=2)  # the group starts; the single run goes on meanwhile
+    log_single = _single(single, "--no-export")
+    log_stop = finish(stopped)
     assert (ddp / ft.CHECKPOINT).exists() and not (ddp / ft.METRICS).exists(), "the stopped DDP run left no checkpoint"
     ckpt = ft.load_checkpoint(ddp / ft.CHECKPOINT)
     log_resume = finish(_launch(ddp, nproc=2))
@@ -76,6 +88,7 @@ def _metrics(path: Path) -> dict:
     return json.loads((path / ft.METRICS).read_text())
 
 
+@pytest.mark.slow
 @needs_data
 @needs_gloo
 def test_ddp_run_writes_its_outputs_once(runs):
@@ -90,6 +103,7 @@ def test_ddp_run_writes_its_outputs_once(runs):
     assert _metrics(runs["single"])["world_size"] == 1
 
 
+@pytest.mark.slow
 @needs_data
 @needs_gloo
 def test_each_rank_trained_on_its_own_half(runs):
@@ -100,6 +114,7 @@ def test_each_rank_trained_on_its_own_half(runs):
     assert ddp["train_tokens"] == single["train_tokens"], "the global batches are not the single-process ones"
 
 
+@pytest.mark.slow
 @needs_data
 @needs_gloo
 def test_checkpoint_keeps_every_ranks_random_state(runs):
@@ -110,6 +125,7 @@ def test_checkpoint_keeps_every_ranks_random_state(runs):
     assert not torch.equal(r0, r1), "ranks share one dropout stream"
 
 
+@pytest.mark.slow
 @needs_data
 @needs_gloo
 def test_two_processes_match_one(runs, pretrained):

@@ -7,7 +7,7 @@ import torch
 from transformers import BertConfig
 
 import bertlib
-from conftest import random_inputs, random_model
+from helpers import random_inputs, random_model
 
 
 @pytest.fixture(scope="module")

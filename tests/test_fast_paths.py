@@ -21,7 +21,7 @@ from torch.testing import assert_close
 import bertlib
 from bertlib import bench
 from bertlib.unpadded import bert_forward_unpadded, unpad
-from conftest import DEVICE, random_inputs, random_model
+from helpers import DEVICE, random_inputs, random_model
 
 F32 = bertlib.tolerance(DEVICE, torch.float32)
 F64 = bertlib.tolerance(DEVICE, torch.float64)

@@ -4,10 +4,6 @@ windows, the probe's ``C`` is chosen on validation only, and the command writes 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +13,8 @@ import bertlib
 from bertlib import features as fz
 from bertlib import finetune as ft
 from bertlib import windows as win
-from conftest import _data_available, finish
+from helpers import needs_data
 
-ROOT = Path(__file__).resolve().parent.parent
 POSTS = ["A short post about hockey.",
          "Disk drives and SCSI controllers: " + "the jumper settings on the card matter. " * 12,
          "Faith and belief, " + "and what the bible says about it, " * 30]
@@ -75,19 +70,20 @@ def test_probe_C_is_chosen_on_validation_only():
     assert np.array_equal(probe.predict(Xv) == yv, probe.model.predict(Xv) == yv)
 
 
-@pytest.mark.skipif(not _data_available(), reason="20 Newsgroups offline: set BERTLIB_20NG_ARCHIVE")
-def test_command_writes_every_reading_and_kind(tmp_path):
+@needs_data
+def test_command_writes_every_reading_and_kind(tmp_path, capsys):
+    """``python -m bertlib.features`` through its entry point, in this process (no interpreter to start)."""
     args = ["--profile", "quick", "--train-size", "60", "--test-size", "40", "--max-length", "32",
             "--window-stride", "8", "--seed", "1", "--device", "cpu", "--out", str(tmp_path)]
-    env = dict(os.environ, CI="1", HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
-    finish(subprocess.Popen([sys.executable, "-m", "bertlib.features", *args], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    assert fz.main(args) == 0
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["command"] == "python -m bertlib.features " + " ".join(args)
     assert (m["train_size"], m["val_size"], m["test_size"], m["max_length"]) == (40, 20, 40, 32)
     assert set(m["results"]) == {f"{r}/{k}" for r in fz.READINGS for k in fz.KINDS}
     for row in m["results"].values():
         assert 0 <= row["accuracy"] <= 1 and row["C"] in fz.PROBE_C and len(row["per_class_f1"]) == 20
-    bad = subprocess.run([sys.executable, "-m", "bertlib.features", *args[:-2], "--window-stride", "30", "--out",
-                          str(tmp_path / "bad")], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "Lower --window-stride" in bad.stderr
+    capsys.readouterr()
+    assert fz.main([*args[:-2], "--window-stride", "30", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Lower --window-stride" in err
+    assert not (tmp_path / "bad").exists(), "nothing is loaded or written before the settings are checked"

@@ -17,7 +17,7 @@ import torch
 from torch.testing import assert_close
 
 import bertlib
-from conftest import DEVICE, random_inputs, random_model
+from helpers import DEVICE, random_inputs, random_model
 
 # The one source of the tolerances and of their reasons: bertlib.runtime.TOLERANCES (CUDA runs with TF32 off).
 F32 = bertlib.tolerance(DEVICE, torch.float32)

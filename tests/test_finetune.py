@@ -1,25 +1,28 @@
 """``python -m bertlib.finetune`` (chapter 9) and the Hugging Face export (chapter 10).
 
-A TINY setting keeps this file to well under two minutes of CPU: 120 training posts (100 to train, 20 held out),
-40 test posts, 64 tokens, 6 optimizer steps. Three runs of the real command, as subprocesses:
+A TINY setting keeps this file to about a minute of CPU: 120 training posts (100 to train, 20 held out), 40 test
+posts, 64 tokens, 6 optimizer steps. Three runs of the command's own entry point (``bertlib.finetune.main``, with
+the command-line arguments), in this process on one thread:
 
 * ``A``: uninterrupted;
-* ``B``: the same command with ``--stop-after-steps 3`` (a simulated interruption), then the same command again,
-  which resumes from ``checkpoint.safetensors`` (tensors and JSON: nothing is unpickled).
+* ``B``: the same arguments with ``--stop-after-steps 3`` (a simulated interruption), then the same arguments
+  again, which resume from ``checkpoint.safetensors`` (tensors and JSON: nothing is unpickled).
 
 On CPU the resumed run is bit-for-bit the uninterrupted one (same weights, optimizer state, data order and
 dropout masks), so metrics are compared exactly; losses are compared to 1e-6 relative only to tolerate a GPU's
-non-deterministic kernels, should these tests run on one.
+non-deterministic kernels, should these tests run on one. The command as a real process (``torchrun`` included)
+is run by tests/test_ddp.py.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import io
 import json
 import os
 import shlex
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +34,8 @@ from safetensors.torch import load_file
 import bertlib
 from bertlib import finetune as ft
 from bertlib.export import export_hf, hf_config
-from conftest import DEVICE, _data_available, finish
+from helpers import DEVICE, needs_data, one_thread
 
-ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--profile", "quick", "--train-size", "120", "--test-size", "40", "--max-length", "64", "--max-steps", "6",
         "--seed", "3", "--checkpoint-every", "100", "--device", "cpu"]
 TINY_CFG = dict(train_size=120, test_size=40, max_length=64, max_steps=6, seed=3, checkpoint_every=100, device="cpu")
@@ -41,24 +43,23 @@ METRIC_KEYS = {"accuracy", "macro_f1", "per_class_f1", "profile", "device", "epo
                "history", "seed", "max_length", "train_size", "test_size", "remove_headers", "truncation",
                "final_train_loss", "best_epoch", "best_val_accuracy", "steps"}
 
-needs_data = pytest.mark.skipif(not _data_available(), reason="20 Newsgroups offline: set BERTLIB_20NG_ARCHIVE")
 
-
-def _command(out: Path, *extra: str) -> subprocess.Popen:
-    # One thread each: the runs being compared must reduce in the same order, and two run side by side.
-    env = dict(os.environ, CI="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-m", "bertlib.finetune", "--out", str(out), *TINY, *extra],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _command(out: Path, *extra: str) -> str:
+    """``python -m bertlib.finetune --out OUT TINY... extra`` through the command's entry point, in this process on
+    one thread (a fixed reduction order, so the runs compare bit for bit); returns what it printed."""
+    log = io.StringIO()
+    with one_thread(), contextlib.redirect_stdout(log):
+        assert ft.main(["--out", str(out), *TINY, *extra]) == 0
+    return log.getvalue()
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path | str]:
     """Directory A (uninterrupted), directory B (stopped after 3 steps, then resumed), and their logs."""
     a, b = tmp_path_factory.mktemp("uninterrupted"), tmp_path_factory.mktemp("resumed")
-    first, stopped = _command(a), _command(b, "--stop-after-steps", "3")
-    log_a, log_stop = finish(first), finish(stopped)
+    log_a, log_stop = _command(a), _command(b, "--stop-after-steps", "3")
     assert (b / ft.CHECKPOINT).exists() and not (b / ft.METRICS).exists(), "the interrupted run left no checkpoint"
-    log_resume = finish(_command(b))
+    log_resume = _command(b)
     return {"a": a, "b": b, "log_a": log_a, "log_stop": log_stop, "log_resume": log_resume}
 
 
@@ -442,14 +443,65 @@ def test_command_line_names_bad_values(capsys):
         assert message in capsys.readouterr().err
 
 
-def test_help_lists_every_setting():
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-m", "bertlib.finetune", "--help"], cwd=ROOT, env=env, text=True,
-                         capture_output=True, check=True).stdout
-    import dataclasses
-
+def test_help_lists_every_setting(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        ft.parse_args(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
     for f in dataclasses.fields(ft.FinetuneConfig) + dataclasses.fields(ft.CommandArgs):
         assert f"--{f.name.replace('_', '-')}" in out or f"--{f.name}" in out, f.name
+
+
+#: Settings a run cannot use, each with the words of the error that names it (a typo must not train for an hour
+#: and then fail, nor silently mean something else: max_steps=0 once meant "no limit").
+BAD_SETTINGS = [
+    (dict(checkpoint_every=0), "checkpoint_every must be at least 1"),
+    (dict(checkpoint_every=-5), "checkpoint_every must be at least 1"),
+    (dict(max_steps=0), "max_steps must be at least 1, or None"),
+    (dict(max_steps=-1), "max_steps must be at least 1, or None"),
+    (dict(batch_size=0), "batch_size and epochs must be at least 1"),
+    (dict(epochs=0), "batch_size and epochs must be at least 1"),
+    (dict(eval_batch_size=0), "eval_batch_size must be at least 1"),
+    (dict(bucket_batches=0), "bucket_batches must be at least 1"),
+    (dict(train_size=0), "train_size must be at least 1, or None"),
+    (dict(test_size=0), "test_size must be at least 1, or None"),
+    (dict(val_fraction=0.0), r"val_fraction must lie in \(0, 1\)"),
+    (dict(val_fraction=1.0), r"val_fraction must lie in \(0, 1\)"),
+    (dict(lr=0.0), "lr and head_lr must be positive"),
+    (dict(head_lr=-1e-3), "lr and head_lr must be positive"),
+    (dict(weight_decay=-0.1), "weight_decay must not be negative"),
+    (dict(max_grad_norm=0.0), "max_grad_norm must be positive"),
+    (dict(warmup_ratio=1.5), r"warmup_ratio must lie in \[0, 1\]"),
+    (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
+    (dict(max_length=4), "max_length must be at least 8"),
+    (dict(attn="flash"), "attn must be 'sdpa' or 'eager'"),
+    (dict(window_pool="median"), "window_pool must be one of"),
+    (dict(eval_windows=True, window_stride=200), "stride .* must be in"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD_SETTINGS, ids=[next(iter(o)) + "=" + repr(next(iter(o.values())))
+                                                                   for o, _ in BAD_SETTINGS])
+def test_bad_settings_are_refused_with_a_clear_error(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        ft.profile_config("quick", **overrides)
+    with pytest.raises(ValueError, match=message):  # the dataclass itself, not only profile_config
+        ft.FinetuneConfig(**overrides)
+
+
+def test_max_steps_caps_the_run_and_none_means_the_epochs(pretrained, tmp_path):
+    """``max_steps=1`` trains one step; ``None`` leaves the number of steps to the epochs."""
+    texts = [f"post number {i} about topic {i % 4}" for i in range(48)]
+    labels = np.arange(48) % 4
+    common = dict(train_size=None, test_size=None, max_length=16, batch_size=8, epochs=1, device="cpu",
+                  checkpoint_every=1000)
+    for max_steps in (1, None):
+        cfg = ft.profile_config("quick", **common, max_steps=max_steps)
+        data = ft.split_data(texts, labels, texts[:8], labels[:8], ["a", "b", "c", "d"], cfg)
+        result = ft.train(cfg, tmp_path / str(max_steps), data=data, pretrained=pretrained, export=False,
+                          verbose=False)
+        one_epoch = -(-len(data.train) // 8)  # 43 training posts (5 held out) in batches of 8: 6 steps
+        assert result.metrics["steps"] == (1 if max_steps else one_epoch) and one_epoch > 1
 
 
 # ------------------------------------------------------------------------------------------ BertClassifier

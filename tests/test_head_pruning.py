@@ -13,7 +13,7 @@ from torch.testing import assert_close
 
 import bertlib
 from bertlib import head_pruning as HP
-from conftest import random_inputs, random_model
+from helpers import random_inputs, random_model
 
 F64 = bertlib.tolerance("cpu", torch.float64)  # these models run on the CPU
 F32 = bertlib.tolerance("cpu", torch.float32)

@@ -19,7 +19,7 @@ from transformers import (
 
 import bertlib
 from bertlib import heads as H
-from conftest import random_inputs
+from helpers import random_inputs
 
 F32 = bertlib.tolerance("cpu", torch.float32)
 

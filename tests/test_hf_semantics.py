@@ -18,7 +18,7 @@ from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassificat
 
 import bertlib
 from bertlib import head_pruning as HP
-from conftest import random_inputs, random_model
+from helpers import random_inputs, random_model
 
 F64 = bertlib.tolerance("cpu", torch.float64)
 F32 = bertlib.tolerance("cpu", torch.float32)

@@ -4,13 +4,11 @@ CDNs (the browser test tests/browser/test_lab_offline.py proves they draw in Jup
 from __future__ import annotations
 
 import re
-import sys
 
 import pytest
 import torch
 
 from bertlib import notebook
-from toc import ROOT
 
 pytest.importorskip("IPython")
 bertviz = pytest.importorskip("bertviz")
@@ -76,6 +74,5 @@ def test_modes(monkeypatch, tmp_path):
 
 
 def test_the_book_build_keeps_cdn_urls_for_its_own_rewrite():
-    sys.path.insert(0, str(ROOT / "_ext"))
     offline = pytest.importorskip("bertbook.offline", reason="the book extras (sphinx) are not installed")
     assert offline.BERTVIZ_ASSETS_ENV == notebook.ASSETS_ENV

@@ -19,7 +19,7 @@ from torch.testing import assert_close
 
 import bertlib
 import bertlib.numpy_bert as nb
-from conftest import DEVICE, random_inputs, random_model
+from helpers import DEVICE, random_inputs, random_model
 
 F64 = bertlib.tolerance(DEVICE, torch.float64)
 F32 = bertlib.tolerance(DEVICE, torch.float32)  # the HF side runs on DEVICE

@@ -22,7 +22,7 @@ from transformers.pipelines.text_classification import softmax as hf_softmax
 import bertlib
 from bertlib import pipeline as bp
 from bertlib.export import export_hf
-from conftest import DEVICE
+from helpers import DEVICE
 
 LABELS = ["alpha", "beta", "gamma", "delta"]
 MAX_LENGTH = 16  # short, so the longer texts below are cut and the shorter ones padded

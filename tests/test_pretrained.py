@@ -8,7 +8,7 @@ from torch.testing import assert_close
 from transformers import BertForSequenceClassification
 
 import bertlib
-from conftest import random_inputs, random_model
+from helpers import random_inputs, random_model
 
 
 def test_embedded_default(pretrained):

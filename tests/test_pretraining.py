@@ -15,7 +15,7 @@ from transformers import BertConfig, BertForPreTraining
 
 import bertlib
 from bertlib import pretraining as P
-from conftest import random_inputs, random_model
+from helpers import random_inputs, random_model
 
 F32 = bertlib.tolerance("cpu", torch.float32)  # these models run on the CPU
 F64 = bertlib.tolerance("cpu", torch.float64)

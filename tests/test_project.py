@@ -17,7 +17,7 @@ import pytest
 import tomllib
 import yaml
 
-from conftest import SUBPROCESS_TIMEOUT, _data_available
+from helpers import SUBPROCESS_TIMEOUT, needs_data
 from toc import ROOT, notebooks, toc_files
 
 
@@ -174,8 +174,9 @@ print(json.dumps({"source": failed[0][0], "ename": failed[0][1].ename, "evalue":
 """
 
 
+@pytest.mark.slow
 @pytest.mark.data
-@pytest.mark.skipif(not _data_available(), reason="20 Newsgroups offline: set BERTLIB_20NG_ARCHIVE")
+@needs_data
 def test_chapter_3_fails_when_layer_norm_is_off_by_1e_3(tmp_path):
     """Mutation test: the cheapest chapter that checks a bertlib function against HF, run with that function
     perturbed far below anything a reader would see (1e-3) but 50 times the float32 tolerance. It must stop at an

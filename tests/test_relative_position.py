@@ -15,7 +15,7 @@ from torch.testing import assert_close
 
 import bertlib
 from bertlib import relative_position as R
-from conftest import random_inputs, random_model
+from helpers import random_inputs, random_model
 
 F64 = dict(atol=1e-10, rtol=0.0)
 

@@ -4,20 +4,16 @@ book's execution cache is emptied when bertlib changes (the rules `make sweep` a
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import BertConfig
 
 import bertlib
+from bertbook import cachekey
 from bertlib import claims, finetune
 from bertlib import pretraining as P
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "_ext"))
-from bertbook import cachekey  # noqa: E402
+from sweep import table
 
 
 def test_seed_from_environment(monkeypatch, capsys):
@@ -66,9 +62,6 @@ def test_assert_margin_records_and_fails(monkeypatch, tmp_path):
 
 
 def test_sweep_table(tmp_path):
-    sys.path.insert(0, str(ROOT / "tests"))
-    from sweep import table
-
     rows = [dict(name="c", observed=o, bound=0.5, margin=o - 0.5, relation=">", seed=s, threads=t)
             for o, s, t in [(0.7, 0, 2), (0.6, 1, 2), (0.9, 0, 1)]]
     line = table(rows).splitlines()[-1]

@@ -14,10 +14,9 @@ import torch
 import bertlib
 from bertlib import finetune as ft
 from bertlib import windows as win
-from conftest import DEVICE, _data_available
+from helpers import DEVICE, data_available, needs_data
 
 CLS, SEP = 101, 102
-needs_data = pytest.mark.skipif(not _data_available(), reason="20 Newsgroups offline: set BERTLIB_20NG_ARCHIVE")
 
 #: Texts of 0 to ~150 tokens, plain and varied (no repeated stretch, so a window's place in the body is unambiguous).
 TEXTS = ["", "A short post.", "Does anyone know where to find the drivers for a Diamond Stealth card under OS/2?",
@@ -34,7 +33,7 @@ def model(pretrained) -> bertlib.BertClassifier:
 @pytest.fixture(scope="module")
 def posts() -> list[str]:
     """Six real test posts, headers included, of 100 to 600 tokens; the generated TEXTS without the data."""
-    if not _data_available():
+    if not data_available():
         return TEXTS[1:]
     texts = bertlib.data.load_20newsgroups("test").data
     lengths = np.array([len(t.split()) for t in texts[:300]])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -20,10 +19,9 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from .book_browser import HTML, ROOT, SCREENSHOTS, Visit
+from toc import toc_files
 
-sys.path.insert(0, str(ROOT / "tests"))
-from toc import toc_files  # noqa: E402
+from .book_browser import HTML, ROOT, SCREENSHOTS, Visit
 
 DOCS = toc_files()
 NOTEBOOKS = [d for d in DOCS if (ROOT / f"{d}.ipynb").exists()]
