@@ -26,7 +26,7 @@ from nbval_learner import CHECK, SOLUTION, STARTER, exercises, source, tags
 from toc import notebooks
 
 CHAPTERS = [p for p in notebooks() if p.parent.name == "chapters"]
-PROMPT = re.compile(r"\*\*Exercise (\d+\.\d+)\s*(★{1,3})?")
+PROMPT = re.compile(r"\*\*Exercise (\d+[a-z]?\.\d+)\s*(★{1,3})?")
 
 
 def _code(text: str) -> str:
