@@ -369,6 +369,13 @@ def test_no_prose_about_targets_or_issues(path):
                        "aimed for); say what was measured instead:\n" + "\n".join(found))
 
 
+@pytest.mark.parametrize("path", CHAPTERS, **_ids)
+def test_glued_numbers_render_as_text(path):
+    """``{glue:}`` pastes a glued string with its quotes ('0.93'); ``{glue:text}`` (or ``{glue:md}``) does not."""
+    bare = re.findall(r"\{glue:?\}`[^`]*`", _markdown(path))
+    assert not bare, f"{path.name}: use {{glue:text}}`name` (or {{glue:md}}) instead of {bare[:3]}"
+
+
 # ------------------------------------------------------------------------------------ glossary, table, contents
 
 def _glossary_terms(text: str) -> list[str]:
