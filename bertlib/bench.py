@@ -18,12 +18,8 @@ is taken within a round and then the median over rounds. Sections:
 - **finetune**: training steps/s of ``bertlib.BertClassifier`` vs ``transformers.BertForSequenceClassification``
   with the same loop (AdamW, bf16 autocast on CUDA).
 
-On CPU, glibc's allocator hands large freed blocks back to the operating system, and taking them again costs a
-page fault per 4 KiB; how many a function pays then depends on what ran before it, not on its own arithmetic
-(measured on 2 cores: 0 to 78,000 faults for the same HF eager call at batch 32 x 128, up to ~15% of its time).
-:func:`keep_freed_memory` asks glibc to keep freed memory for reuse before anything is timed, the effect PyTorch's
-CPU performance guide gets from jemalloc or tcmalloc; peak memory is measured after handing free memory back
-(``malloc_trim``).
+Timing and memory are measured by :mod:`bertlib.timing` (interleaved rounds, paired ratios, glibc's allocator kept
+from handing memory back, peak memory by ``psutil``).
 
 Model FLOPs utilisation uses ``2 * params + 4 * layers * seq * hidden`` FLOPs per token for the forward pass, with
 ``params`` the non-embedding parameters (an embedding lookup is a copy, not a matmul; Kaplan et al. 2020 count the
@@ -34,22 +30,26 @@ Used by appendix 14, *Making it fast*.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 from tqdm.auto import trange
 from transformers import BertConfig
 
+from .data import collate, length_sorted_batches
 from .encoder import bert_forward
 from .pretrained import Pretrained, load_pretrained, to_hf_model
-from .runtime import progress_enabled, setup
-from .unpadded import bert_forward_unpadded
+from .runtime import progress_enabled, seeded, setup
+from .timing import keep_freed_memory, paired_ratio, peak_memory_mb, sync, time_interleaved, time_rounds
+
+# The timing functions chapter 14 and the tests read as bertlib.bench.X (defined in bertlib.timing).
+__all__ = ["Row", "finetune_rows", "forward_flops_per_token", "grid_rows", "keep_freed_memory", "main", "markdown",
+           "matmul_params", "outputs_only", "paired_ratio", "peak_memory_mb", "time_interleaved", "time_rounds",
+           "workload_rows"]
 
 #: Dense bf16 tensor-core peak (TFLOP/s, without sparsity) by GPU name, for model FLOPs utilisation.
 PEAK_BF16_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0}
@@ -71,114 +71,14 @@ class Row:
     mfu: float | None = None
 
 
-class _RssPeak:
-    """Peak resident-memory growth of this process while the block runs (CPU; sampled every millisecond)."""
-
-    def __enter__(self):
-        self.base = self.peak = self._rss()
-        self.running = True
-        self.thread = threading.Thread(target=self._watch, daemon=True)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.running = False
-        self.thread.join()
-
-    @staticmethod
-    def _rss() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * 4096
-
-    def _watch(self):
-        while self.running:
-            self.peak = max(self.peak, self._rss())
-            time.sleep(0.001)
-
-    @property
-    def mb(self) -> float:
-        return (self.peak - self.base) / 2**20
-
-
-def _glibc():
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc (macOS, Windows, musl): leave the allocator alone
-        return None
-    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
-
-
-def keep_freed_memory() -> bool:
-    """Make glibc keep freed memory for reuse: serve blocks up to 32 MiB from the heap (not fresh ``mmap`` pages)
-    and never trim it back to the OS, so that timings do not include page faults inherited from earlier calls.
-    Process-wide and idempotent; returns ``False`` (changing nothing) where the C library is not glibc."""
-    libc = _glibc()
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, 32 * 2**20)) and bool(
-        libc.mallopt(M_TRIM_THRESHOLD, 2**30))
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def peak_memory_mb(fn: Callable[[], object], device: torch.device) -> float:
-    """Memory one call of ``fn`` needs beyond what is already allocated, in MB (CUDA allocator; CPU: RSS growth)."""
-    _sync(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-        fn()
-        _sync(device)
-        return (torch.cuda.max_memory_allocated(device) - before) / 2**20
-    libc = _glibc()
-    if libc is not None:
-        libc.malloc_trim(0)  # hand free memory back first, so the growth below is what this call needs
-    with _RssPeak() as rss:
-        fn()
-    return rss.mb
-
-
-def time_rounds(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int,
-                warmup: int = 1) -> dict[str, list[float]]:
-    """Milliseconds of each function in each of ``repeats`` rounds, timed round-robin (each round calls every
-    function once, so a slowdown of the machine falls on all of them alike). On CPU, :func:`keep_freed_memory` is
-    switched on first."""
-    if device.type == "cpu":
-        keep_freed_memory()
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            _sync(device)
-            t0 = time.perf_counter()
-            fn()
-            _sync(device)
-            times[name].append((time.perf_counter() - t0) * 1e3)
-    return times
-
-
-def time_interleaved(fns: dict[str, Callable[[], object]], device: torch.device, repeats: int,
-                     warmup: int = 1) -> dict[str, float]:
-    """Median milliseconds of each function over the rounds of :func:`time_rounds`."""
-    return {name: statistics.median(t) for name, t in time_rounds(fns, device, repeats, warmup).items()}
-
-
-def paired_ratio(rounds: dict[str, list[float]], a: str, b: str) -> float:
-    """``a``'s time over ``b``'s, taken within each round (the same moment of a busy machine), median over rounds."""
-    return statistics.median(x / y for x, y in zip(rounds[a], rounds[b], strict=True))
-
-
 def random_bert_base(device: torch.device, tokenizer) -> Pretrained:
     """A ``bert-base``-shaped model (12 layers, 768 hidden, 12 heads, 30522 vocab) with random weights."""
     from transformers import BertModel
 
     config = BertConfig()  # the defaults are bert-base's shape
-    torch.manual_seed(0)
-    sd = {k: v.detach().to(device) for k, v in BertModel(config).state_dict().items() if "position_ids" not in k}
+    with seeded(0):
+        model = BertModel(config)
+    sd = {k: v.detach().to(device) for k, v in model.state_dict().items() if "position_ids" not in k}
     return Pretrained(state_dict=sd, config=config, tokenizer=tokenizer, source="random bert-base shape")
 
 
@@ -261,17 +161,12 @@ def grid_rows(name: str, pt: Pretrained, device: torch.device, shapes, dtypes, r
     return rows
 
 
-def padded_batches(enc: list[list[int]], order: list[int], batch_size: int, pad_id: int, device: torch.device):
-    """Yield ``(indices, input_ids, attention_mask)`` batches in ``order``, each padded to its own longest post."""
-    for i in range(0, len(order), batch_size):
-        idx = order[i:i + batch_size]
-        seq = max(len(enc[j]) for j in idx)
-        ids = torch.full((len(idx), seq), pad_id, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, j in enumerate(idx):
-            ids[r, :len(enc[j])] = torch.tensor(enc[j])
-            mask[r, :len(enc[j])] = 1
-        yield idx, ids.to(device), mask.to(device)
+def padded_batches(enc: list[list[int]], batches: list, pad_id: int, device: torch.device):
+    """``(indices, input_ids, attention_mask)`` of each batch of indices, padded to its own longest post
+    (:func:`bertlib.data.collate`)."""
+    for idx in batches:
+        batch = collate([enc[j] for j in idx], pad_id, device)
+        yield idx, batch["input_ids"], batch["attention_mask"]
 
 
 def workload_rows(pt: Pretrained, device: torch.device, n_posts: int | None, max_length: int, batch_size: int,
@@ -287,11 +182,12 @@ def workload_rows(pt: Pretrained, device: torch.device, n_posts: int | None, max
     def cls_of(fn):
         return lambda ids, m: fn(ids, m).last_hidden_state[:, 0]
 
-    naive = list(range(len(enc)))
-    by_length = sorted(naive, key=lambda j: len(enc[j]))
+    lengths = [len(e) for e in enc]
+    naive = [list(range(i, min(i + batch_size, len(enc)))) for i in range(0, len(enc), batch_size)]
+    by_length = length_sorted_batches(lengths, batch_size)
     hf_fn = cls_of(lambda ids, m: hf(input_ids=ids, attention_mask=m))
     fast_fn = cls_of(lambda ids, m: outputs_only(sd, config, ids, m, attn_implementation="sdpa", fused=True))
-    unpadded_fn = cls_of(lambda ids, m: bert_forward_unpadded(sd, config, ids, m, check=False))
+    unpadded_fn = cls_of(lambda ids, m: outputs_only(sd, config, ids, m, attn_implementation="unpadded", fused=True))
     methods = {
         "hf-sdpa, naive batches": (naive, hf_fn),
         "hf-sdpa, length-sorted": (by_length, hf_fn),
@@ -302,11 +198,12 @@ def workload_rows(pt: Pretrained, device: torch.device, n_posts: int | None, max
     }
     if device.type == "cpu":
         keep_freed_memory()
-    batches = {name: list(padded_batches(enc, order, batch_size, pad, device)) for name, (order, _) in methods.items()}
+    batches = {name: list(padded_batches(enc, order, pad, device)) for name, (order, _) in methods.items()}
     cls = {name: torch.empty(len(enc), config.hidden_size, device=device) for name in methods}
     seconds = dict.fromkeys(methods, 0.0)
     with torch.inference_mode(), torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-        _, ids, mask = next(padded_batches(enc, by_length[-batch_size:], batch_size, pad, device))
+        longest = np.argsort(lengths, kind="stable")[-batch_size:]
+        _, ids, mask = next(padded_batches(enc, [longest], pad, device))
         for _, fn in methods.values():  # warm-up on the longest posts
             fn(ids, mask)
         n_batches = len(batches["hf-sdpa, naive batches"])
@@ -314,10 +211,10 @@ def workload_rows(pt: Pretrained, device: torch.device, n_posts: int | None, max
                         leave=False, disable=not progress_enabled()):
             for name, (_, fn) in methods.items():
                 idx, ids, mask = batches[name][i]
-                _sync(device)
+                sync(device)
                 t0 = time.perf_counter()
                 out = fn(ids, mask)
-                _sync(device)
+                sync(device)
                 seconds[name] += time.perf_counter() - t0
                 cls[name][idx] = out.float()
     n_tokens = sum(len(e) for e in enc)

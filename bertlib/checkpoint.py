@@ -9,11 +9,14 @@ bytes; nothing is executed. One file, written to a temporary name and renamed, s
 half a checkpoint.
 
 :func:`save` takes any nest of dicts (string or integer keys), lists, tuples, tensors, NumPy arrays and JSON
-scalars (a ``state_dict()``, a random state); :func:`load` gives the same nest back.
+scalars (a ``state_dict()``, a random state); :func:`load` gives the same nest back. A fine-tuning run's files
+(:data:`CHECKPOINT`, :data:`BEST`, :data:`METRICS` in its output directory) are written and read by the functions
+at the end: :func:`save_checkpoint` / :func:`load_checkpoint` and :func:`save_weights` / :func:`load_weights`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -23,8 +26,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from .files import atomic_write
+
 #: The safetensors header key holding the JSON part.
 _META_KEY = "bertlib_state"
+
+#: A fine-tuning run's files in its output directory: the checkpoint (resume), the best epoch's weights
+#: (``BertForSequenceClassification`` names) and the metrics.
+CHECKPOINT = "checkpoint.safetensors"
+LEGACY_CHECKPOINT = "checkpoint.pt"  # a pickle, written before 2026-11: refused, never loaded
+BEST = "model.safetensors"
+METRICS = "metrics.json"
 
 
 def _encode(obj: Any, tensors: dict[str, torch.Tensor], key: str) -> Any:
@@ -69,12 +81,10 @@ def save(tree: Any, path: str | os.PathLike) -> None:
     """Write ``tree`` to ``path`` as one safetensors file (atomically: a temporary file, then a rename)."""
     from safetensors.torch import save_file
 
-    path = Path(path)
     tensors: dict[str, torch.Tensor] = {}
     meta = json.dumps(_encode(tree, tensors, "t"))
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={"format": "pt", _META_KEY: meta})
-    tmp.replace(path)
+    with atomic_write(path) as tmp:
+        save_file(tensors, str(tmp), metadata={"format": "pt", _META_KEY: meta})
 
 
 def load(path: str | os.PathLike) -> Any:
@@ -119,3 +129,43 @@ def set_rng_state(state: dict, device: torch.device | None = None) -> None:
             torch.cuda.set_rng_state(state["cuda"][device.index], device)
     elif "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ---- a fine-tuning run's files ------------------------------------------------------------------------------------
+
+
+def save_checkpoint(path: str | os.PathLike, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
+                    state: Any, cfg: Any, rng_ranks: list[dict]) -> None:
+    """Everything a resume needs, in one safetensors file (:func:`save`): the weights, the optimiser's moments and
+    hyper-parameters, the schedule, the run's state (a dataclass, :class:`bertlib.finetune_state.TrainState`),
+    the settings (``cfg.to_dict()``), and every rank's random states. Nothing in it is a pickle."""
+    save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+          "state": dataclasses.asdict(state), "config": cfg.to_dict(), "rng_ranks": rng_ranks,
+          "world_size": len(rng_ranks)}, path)
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """What :func:`save_checkpoint` wrote, read without unpickling (a file that is not one is refused with a
+    ``ValueError``). A pickled ``checkpoint.pt`` of an older bertlib beside it is refused too, never read."""
+    legacy = Path(path).with_name(LEGACY_CHECKPOINT)
+    if legacy.exists():
+        raise ValueError(f"{legacy} is a pickled checkpoint (older bertlib). It is not loaded: unpickling a file can "
+                         "run code. Delete it (or use another --out) to start afresh.")
+    return load(path)
+
+
+def save_weights(model: torch.nn.Module, path: str | os.PathLike, meta: dict) -> None:
+    """The model's weights alone (float as they are, on the CPU) as a safetensors file, ``meta`` in its header as
+    strings; atomically, so a reader finds the previous best weights or the new ones."""
+    from safetensors.torch import save_file
+
+    with atomic_write(path) as tmp:
+        save_file({k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}, str(tmp),
+                  metadata={"format": "pt", **{k: str(v) for k, v in meta.items()}})
+
+
+def load_weights(model: torch.nn.Module, path: str | os.PathLike) -> None:
+    """Load what :func:`save_weights` wrote into ``model`` (every name must match)."""
+    from safetensors.torch import load_file
+
+    model.load_state_dict(load_file(str(path)), strict=True)

@@ -251,6 +251,24 @@ def _check_ids(config: BertConfig, input_ids: torch.Tensor, token_type_ids: torc
             )
 
 
+def check_head_mask(config: BertConfig, head_mask: torch.Tensor, *, layers: bool | None = None) -> None:
+    """``head_mask`` holds per-head factors (HF 4.x, chapter 13): a floating-point tensor of shape ``(heads,)``
+    (one layer, or the same for every layer) or ``(num_hidden_layers, heads)``. ``layers=True`` requires the
+    second shape, ``False`` the first, ``None`` accepts both. Heads are counted in the original numbering, pruned
+    ones included."""
+    if not isinstance(head_mask, torch.Tensor) or not head_mask.is_floating_point():
+        raise TypeError("head_mask must be a floating-point torch.Tensor of per-head factors (1.0 keeps a head, "
+                        "0.0 switches it off).")
+    L, H = config.num_hidden_layers, config.num_attention_heads
+    shape = tuple(head_mask.shape)
+    if layers is None and shape not in ((H,), (L, H)):
+        raise ValueError(f"head_mask must have shape ({H},) or ({L}, {H}) (layers, heads), got {shape}.")
+    if layers is False and shape != (H,):
+        raise ValueError(f"head_mask for one layer must have shape ({H},) (one factor per head), got {shape}.")
+    if layers is True and shape != (L, H):
+        raise ValueError(f"head_mask must have shape ({L}, {H}) (layers, heads), got {shape}.")
+
+
 def check_hidden(config: BertConfig, hidden_states: torch.Tensor, name: str = "hidden_states") -> None:
     """A ``(batch, seq, hidden_size)`` floating tensor, as every encoder step expects."""
     if not isinstance(hidden_states, torch.Tensor) or not hidden_states.is_floating_point():

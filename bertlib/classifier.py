@@ -18,11 +18,13 @@ from transformers import BertConfig
 
 from .checks import check_config, check_inputs, check_state_dict, expected_shapes
 from .encoder import bert_forward
+from .runtime import normal_init, seeded_generator
 
 
-def _module_tree(state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
+def module_tree(state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
     """Plain ``nn.Module`` containers nested by the dots of each key, so ``named_parameters()`` gives the same
-    names back (``encoder.layer.0.attention.self.query.weight``...)."""
+    names back (``encoder.layer.0.attention.self.query.weight``...): trainable raw weights whose ``state_dict()``
+    has Hugging Face's names (:class:`BertClassifier`, :class:`bertlib.pretraining.BertPretrainingModel`)."""
     root = nn.Module()
     for name, tensor in state_dict.items():
         *path, leaf = name.split(".")
@@ -35,7 +37,7 @@ def _module_tree(state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
     return root
 
 
-#: The word-embedding table's name in a :func:`_module_tree` of ``BertModel`` keys.
+#: The word-embedding table's name in a :func:`module_tree` of ``BertModel`` keys.
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
 
@@ -99,14 +101,13 @@ class BertClassifier(nn.Module):
         self.num_labels = num_labels
         self.attn_implementation = attn_implementation
         self.fused = fused  # one-kernel LayerNorm/GELU (appendix 14): same math, faster
-        self.bert = _module_tree(state_dict)
+        self.bert = module_tree(state_dict)
         self._refresh_weights()
         some = next(iter(state_dict.values()))
         self.classifier = nn.Linear(config.hidden_size, num_labels, device=some.device, dtype=some.dtype)
-        generator = torch.Generator().manual_seed(seed)  # HF's init: N(0, initializer_range), zero bias
-        with torch.no_grad():
-            weight = torch.randn(self.classifier.weight.shape, generator=generator) * config.initializer_range
-            self.classifier.weight.copy_(weight)
+        with torch.no_grad():  # HF's init: N(0, initializer_range), zero bias
+            self.classifier.weight.copy_(normal_init(self.classifier.weight.shape, config.initializer_range,
+                                                     seeded_generator(seed)))
             self.classifier.bias.zero_()
 
     @property

@@ -1,9 +1,11 @@
-"""20 Newsgroups, online as scikit-learn fetches it, or offline from a local ``20news-bydate.tar.gz``; and the one
-padding collator of the book (:func:`pad_batch`).
+"""20 Newsgroups, online as scikit-learn fetches it, or offline from a local ``20news-bydate.tar.gz``; real
+sentences from it (:func:`example_sentences`); and texts into batches: the one padding collator of the book
+(:func:`pad_batch`, :func:`collate`) and length-sorted batches (:func:`length_sorted_batches`).
 
 Offline, the archive fills scikit-learn's own cache (``<data_home>/20news-bydate_py3.pkz``, a zlib-compressed
 pickle of ``dict(train=load_files(...), test=load_files(...))``), so ``fetch_20newsgroups`` then works as usual.
-Used from chapter 1, *Tokenization and the data*.
+scikit-learn is imported by the functions that read the data, not by this module: ``import bertlib`` does not load
+it. Used from chapter 1, *Tokenization and the data*.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ import tarfile
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
-from sklearn.datasets import fetch_20newsgroups, get_data_home, load_files
-from sklearn.utils import Bunch
 
+from .files import atomic_write
 from .runtime import resolve_seed
 
 #: Environment variable naming a local ``20news-bydate.tar.gz``.
@@ -40,6 +42,8 @@ def build_cache(archive: str | os.PathLike, data_home: str | os.PathLike | None 
     Raises ``FileNotFoundError`` for a missing file and ``ValueError`` for an archive that is not a readable
     ``tar.gz``, lacks the two split folders, or holds the wrong number of posts.
     """
+    from sklearn.datasets import get_data_home, load_files
+
     archive = Path(archive).expanduser()
     if not archive.is_file():
         raise FileNotFoundError(
@@ -70,9 +74,8 @@ def build_cache(archive: str | os.PathLike, data_home: str | os.PathLike | None 
                 "complete 20news-bydate archive."
             )
     cache_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_path = cache_path.with_suffix(".tmp")
-    tmp_path.write_bytes(codecs.encode(pickle.dumps(cache), "zlib_codec"))
-    tmp_path.replace(cache_path)  # atomic: a reader never sees half a cache
+    with atomic_write(cache_path) as tmp:  # a reader never sees half a cache
+        tmp.write_bytes(codecs.encode(pickle.dumps(cache), "zlib_codec"))
     return cache_path
 
 
@@ -82,7 +85,7 @@ def load_20newsgroups(
     archive: str | os.PathLike | None = None,
     data_home: str | os.PathLike | None = None,
     **kwargs,
-) -> Bunch:
+) -> Any:
     """``sklearn.datasets.fetch_20newsgroups(subset, remove=remove, ...)`` that also works offline.
 
     ``archive`` (or ``$BERTLIB_20NG_ARCHIVE``): a local ``20news-bydate.tar.gz`` used to fill scikit-learn's
@@ -90,6 +93,8 @@ def load_20newsgroups(
     ``"headers"``, ``"footers"``, ``"quotes"``. Other keyword arguments go to ``fetch_20newsgroups``.
     Returns its ``Bunch`` (``data``, ``target``, ``target_names``, ``filenames``).
     """
+    from sklearn.datasets import fetch_20newsgroups, get_data_home
+
     if subset not in ("train", "test", "all"):
         raise ValueError(f"subset must be 'train', 'test' or 'all', got {subset!r}.")
     archive = archive or os.environ.get(ARCHIVE_ENV) or None
@@ -113,6 +118,22 @@ def load_20newsgroups(
     return bunch
 
 
+#: What makes a sentence unfit to show or to train on: e-mail addresses, quoting marks, ASCII art, markup.
+_NOT_PROSE = re.compile(r"[@<>|#*=_~^\\]")
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` with its whitespace normalised, split after ``.``, ``!`` or ``?``: rough sentences."""
+    return re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
+
+
+def plain_sentence(sentence: str, min_words: int, max_words: int) -> bool:
+    """Whether ``sentence`` reads as prose: ``min_words`` to ``max_words`` words, plain ASCII, no e-mail address,
+    quoting mark or ASCII art. The filter of :func:`example_sentences` and of chapter 11's corpus
+    (:func:`bertlib.pretraining.split_sentences`)."""
+    return min_words <= len(sentence.split()) <= max_words and sentence.isascii() and not _NOT_PROSE.search(sentence)
+
+
 def example_sentences(
     n: int = 3,
     *,
@@ -126,22 +147,27 @@ def example_sentences(
     (default ``$BERTLIB_SEED``, else 0).
 
     Each is the first sentence of a post with ``min_words`` to ``max_words`` words, plain ASCII and no e-mail
-    addresses, so the chapters show real text of different lengths (a padded batch). Keyword arguments go to
-    :func:`load_20newsgroups` (``archive``, ``data_home``).
+    addresses (:func:`plain_sentence`), ending in ``.``, ``!`` or ``?``, so the chapters show real text of
+    different lengths (a padded batch). Keyword arguments go to :func:`load_20newsgroups` (``archive``,
+    ``data_home``).
     """
     bunch = load_20newsgroups(subset, remove=("headers", "footers", "quotes"), **kwargs)
     rng = np.random.default_rng(resolve_seed(seed))
     chosen: list[str] = []
     for i in rng.permutation(len(bunch.data)):
-        text = " ".join(bunch.data[i].split())
-        first = re.split(r"(?<=[.!?])\s+", text, maxsplit=1)[0]
-        if (min_words <= len(first.split()) <= max_words and first.isascii() and first[-1:] in ".!?"
-                and not re.search(r"[@<>|#*=_~^\\]", first)):
+        first = sentences(bunch.data[i])[0]
+        if first[-1:] in ".!?" and plain_sentence(first, min_words, max_words):
             chosen.append(first)
             if len(chosen) == n:
                 return chosen
     raise ValueError(
         f"only {len(chosen)} posts have a first sentence of {min_words}-{max_words} words; relax the bounds.")
+
+
+def body_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's WordPiece ids without special tokens and without truncation (the body that truncation or
+    windows then cut; a post longer than ``model_max_length`` is expected here, so the tokenizer's warning is off)."""
+    return tokenizer(list(texts), add_special_tokens=False, truncation=False, verbose=False)["input_ids"]
 
 
 def pad_batch(encodings: Sequence[Mapping[str, Sequence[int]] | Sequence[int]], pad_token_id: int,
@@ -178,3 +204,41 @@ def pad_batch(encodings: Sequence[Mapping[str, Sequence[int]] | Sequence[int]], 
                 out[row, width - len(values):] = values
         batch[key] = out
     return batch
+
+
+def collate(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device | str) -> dict[str, torch.Tensor]:
+    """Token-id lists → the padded ``(batch, seq)`` batch of :func:`pad_batch` (``input_ids``, ``attention_mask``,
+    ``token_type_ids``) on ``device``; on CUDA through pinned memory with a non-blocking copy."""
+    device = torch.device(device)
+    batch = pad_batch(seqs, pad_id)
+    if device.type == "cuda":
+        return {k: v.pin_memory().to(device, non_blocking=True) for k, v in batch.items()}
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
+    """Indices of the texts in batches of ``batch_size``, shortest texts first (a stable sort, so equal lengths
+    keep their order): each batch is padded to nearly its own length, so little work goes to padding. Inference
+    batches this way (:func:`bertlib.inference.predict_logits`, :func:`bertlib.features.frozen_features`, the
+    benchmark's workload); training shuffles first (:func:`bertlib.finetune.epoch_batches`)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+    order = np.argsort(np.asarray(lengths), kind="stable")
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def epoch_batches(lengths: np.ndarray, batch_size: int, seed: int, epoch: int,
+                  bucket_batches: int = 50) -> list[np.ndarray]:
+    """The training batches of ``epoch``, a pure function of ``(seed, epoch)``: shuffle, cut into buckets of
+    ``bucket_batches * batch_size`` posts, sort each bucket by length and cut it into batches (little padding),
+    then shuffle the batches (so lengths do not come in order). A resumed run rebuilds the same list and skips
+    the batches it already consumed."""
+    rng = np.random.default_rng([seed, epoch])
+    order = rng.permutation(len(lengths))
+    chunk = batch_size * bucket_batches
+    batches = []
+    for start in range(0, len(order), chunk):
+        bucket = order[start:start + chunk]
+        bucket = bucket[np.argsort(lengths[bucket], kind="stable")]
+        batches += [bucket[i:i + batch_size] for i in range(0, len(bucket), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]

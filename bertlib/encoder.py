@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from transformers import BertConfig
 
 from .attention import causal_attention_mask, extended_attention_mask
@@ -21,6 +22,7 @@ from .checks import (
     POOLER_KEYS,
     RELATIVE_TYPES,
     check_config,
+    check_head_mask,
     check_hidden,
     check_inputs,
     check_state_dict,
@@ -29,7 +31,6 @@ from .checks import (
 from .embeddings import embeddings
 from .layer import encoder_layer
 from .pooler import pooler
-from .unpadded import unpad
 
 
 @dataclass
@@ -55,16 +56,9 @@ def expand_head_mask(config: BertConfig, head_mask: torch.Tensor | None) -> torc
     counted in the original numbering, pruned ones included (their factors are dropped)."""
     if head_mask is None:
         return None
+    check_head_mask(config, head_mask)
     L, H = config.num_hidden_layers, config.num_attention_heads
-    if not isinstance(head_mask, torch.Tensor) or not head_mask.is_floating_point():
-        raise TypeError("head_mask must be a floating-point torch.Tensor of per-head factors (1.0 keeps a head, "
-                        "0.0 switches it off).")
-    if tuple(head_mask.shape) == (H,):
-        return head_mask.expand(L, H)
-    if tuple(head_mask.shape) != (L, H):
-        raise ValueError(f"head_mask must have shape ({H},) or ({L}, {H}) (layers, heads), "
-                         f"got {tuple(head_mask.shape)}.")
-    return head_mask
+    return head_mask.expand(L, H) if tuple(head_mask.shape) == (H,) else head_mask
 
 
 def encoder(
@@ -135,6 +129,20 @@ def _validate(state_dict, config, input_ids, attention_mask, token_type_ids, pos
                          f"or 'sdpa' with position_embedding_type={position_embedding_type(config)!r}.")
     check_state_dict(state_dict, config, pooler=add_pooling_layer)
     check_inputs(config, input_ids, attention_mask, token_type_ids, position_ids)
+
+
+def unpad(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
+    """Where the real tokens are. ``attention_mask``: ``(batch, seq)`` of 0/1.
+
+    Returns the flat indices of the real tokens into ``batch * seq`` (``(tokens,)``), the offsets ``cu_seqlens``
+    (``(batch + 1,)``: sequence ``b`` is rows ``cu_seqlens[b]:cu_seqlens[b+1]`` of the unpadded matrix) and the
+    lengths as Python ints.
+    """
+    mask = attention_mask.bool()
+    lengths = mask.sum(dim=1)
+    indices = mask.flatten().nonzero().squeeze(1)
+    cu_seqlens = F.pad(lengths.cumsum(0), (1, 0))
+    return indices, cu_seqlens, lengths.tolist()
 
 
 def _unpadded_forward(state_dict, config, input_ids, attention_mask, token_type_ids, position_ids, *,

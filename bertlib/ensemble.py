@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .inference import best_on_validation, scores
+
 #: Regularisation strengths tried for each baseline (the one with the best validation accuracy is kept).
 C_GRID: dict[str, tuple[float, ...]] = {"logreg": (3.0, 10.0, 30.0, 100.0), "svc": (0.1, 0.3, 1.0, 3.0)}
 
@@ -97,15 +99,17 @@ def fit_tfidf(train_texts: list[str], train_labels, val_texts: list[str], val_la
     grid = grid if grid is not None else C_GRID.get(kind)
     if grid is None:
         _classifier(kind, 1.0)  # raises the error naming the kinds
-    best = None
-    for name in features:
-        vec = tfidf_vectorizer(name)
-        X, X_val = vec.fit_transform(train_texts), vec.transform(val_texts)
-        for C in grid:
-            clf = _classifier(kind, C).fit(X, train_labels)
-            acc = float(np.mean(clf.predict(X_val) == np.asarray(val_labels)))
-            if best is None or acc > best.val_accuracy:
-                best = TfidfModel(vec, clf, kind, C, acc, name)
+
+    def fitted():  # one vectoriser per feature set, shared by its values of C
+        for name in features:
+            vec = tfidf_vectorizer(name)
+            X, X_val = vec.fit_transform(train_texts), vec.transform(val_texts)
+            for C in grid:
+                clf = _classifier(kind, C).fit(X, train_labels)
+                acc = float(np.mean(clf.predict(X_val) == np.asarray(val_labels)))
+                yield TfidfModel(vec, clf, kind, C, acc, name), acc
+
+    best, _ = best_on_validation(fitted())
     if kind == "svc":
         best.temperature = fit_temperature(best.decision(val_texts), val_labels)
     return best
@@ -150,9 +154,9 @@ def choose_weight(p_bert_val: np.ndarray, p_tfidf_val: np.ndarray, val_labels,
         raise ValueError(f"probabilities must have the same (posts, classes) shape and one label per post, got "
                          f"{p_bert_val.shape}, {p_tfidf_val.shape} and {len(val_labels)} labels.")
     y = np.asarray(val_labels)
-    accs = [float(np.mean((w * p_bert_val + (1 - w) * p_tfidf_val).argmax(-1) == y)) for w in grid]
-    best = max(range(len(grid)), key=lambda i: (accs[i], -abs(grid[i] - 0.5)))
-    return float(grid[best]), accs[best]
+    nearest_even_first = sorted(grid, key=lambda w: abs(w - 0.5))  # stable: equally near, the smaller first
+    return best_on_validation((float(w), float(np.mean((w * p_bert_val + (1 - w) * p_tfidf_val).argmax(-1) == y)))
+                              for w in nearest_even_first)
 
 
 def ensemble_report(train_texts, train_labels, val_texts, val_labels, test_texts, test_labels, label_names,
@@ -160,10 +164,8 @@ def ensemble_report(train_texts, train_labels, val_texts, val_labels, test_texts
     """The baselines and the ensemble, for ``metrics.json``: TF-IDF + logistic regression and TF-IDF + LinearSVC
     (features and ``C`` chosen on validation, :func:`fit_tfidf`), and ``w * softmax(bert) + (1 - w) * p_tfidf``
     with each baseline as ``p_tfidf``: ``w`` and the baseline are chosen on validation (on a tie, logistic
-    regression). Returns each one's test scores (:func:`bertlib.finetune.scores`) with its validation accuracy and
+    regression). Returns each one's test scores (:func:`bertlib.inference.scores`) with its validation accuracy and
     its choices, and each one's ``(test_posts,)`` predicted classes."""
-    from .finetune import scores
-
     report, preds = {}, {}
     models = {kind: fit_tfidf(train_texts, train_labels, val_texts, val_labels, kind) for kind in ("logreg", "svc")}
     for kind, model in models.items():
@@ -172,7 +174,7 @@ def ensemble_report(train_texts, train_labels, val_texts, val_labels, test_texts
                                    **({"temperature": model.temperature} if kind == "svc" else {})}
     p_val = softmax(bert_val_logits)
     choices = {kind: choose_weight(p_val, tfidf_probabilities(m, val_texts), val_labels) for kind, m in models.items()}
-    kind = max(choices, key=lambda k: choices[k][1])  # the first (logreg) on a tie
+    kind, _ = best_on_validation((k, choices[k][1]) for k in choices)  # the first (logreg) on a tie
     (w, val_acc), member = choices[kind], models[kind]
     preds["ensemble"] = (w * softmax(bert_test_logits) + (1 - w) * tfidf_probabilities(member, test_texts)).argmax(-1)
     report["ensemble"] = {"val_accuracy": val_acc, "bert_weight": w, "tfidf": kind, "C": member.C,

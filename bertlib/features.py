@@ -3,7 +3,7 @@
 
 The network is not trained: it runs once over every post (eval mode, no gradients) and each post keeps three
 vectors, the final hidden state of ``[CLS]``, the pooler output (chapter 8) and the mean of the final hidden states
-over its real tokens. A post is read either truncated (:func:`bertlib.finetune.encode`) or whole, in windows
+over its real tokens. A post is read either truncated (:func:`bertlib.newsgroups.encode`) or whole, in windows
 (:func:`bertlib.windows.encode_windows`) whose vectors are averaged (:func:`bertlib.windows.pool_windows`). A
 standardised logistic regression per vector is the classifier; its ``C`` is chosen on the validation split
 (:func:`fit_probe`). The command runs this on the same splits as ``python -m bertlib.finetune``'s profile::
@@ -28,10 +28,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import finetune as ft
+from .data import collate, length_sorted_batches
 from .encoder import bert_forward
-from .pretrained import Pretrained
-from .runtime import progress_enabled
+from .files import write_text
+from .finetune_config import FinetuneConfig, parse_args
+from .inference import best_on_validation, scores
+from .newsgroups import NewsData, encode, load_data
+from .pretrained import Pretrained, load_pretrained, model_name
+from .runtime import get_device, hardware, progress_enabled
 from .windows import check_windows, encode_windows, pool_windows
 
 #: The three vectors of a post, in the order chapter 9 shows them.
@@ -51,12 +55,11 @@ def frozen_features(pretrained: Pretrained, seqs: list[list[int]], batch_size: i
     ``batch_size`` (little padding); the mean is over real tokens only."""
     sd, config = pretrained.state_dict, pretrained.config
     device = next(iter(sd.values())).device
-    order = np.argsort([len(s) for s in seqs], kind="stable")
     out = {k: torch.empty(len(seqs), config.hidden_size) for k in KINDS}
-    starts = range(0, len(seqs), batch_size)
-    for start in tqdm(starts, desc="frozen features", unit="batch", disable=not progress_enabled() or len(starts) < 20):
-        idx = torch.as_tensor(order[start:start + batch_size])
-        batch = ft.collate([seqs[i] for i in idx], pretrained.tokenizer.pad_token_id, device)
+    batches = length_sorted_batches([len(s) for s in seqs], batch_size)
+    for idx in tqdm(batches, desc="frozen features", unit="batch", disable=not progress_enabled() or len(batches) < 20):
+        idx = torch.as_tensor(idx)
+        batch = collate([seqs[i] for i in idx], pretrained.tokenizer.pad_token_id, device)
         res = bert_forward(sd, config, **batch)
         hidden = res.last_hidden_state                                         # (batch, seq, hidden)
         m = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)             # (batch, seq, 1)
@@ -73,7 +76,7 @@ def post_features(pretrained: Pretrained, texts: list[str], max_length: int, rea
     ``max_length`` ids sharing ``stride`` tokens, :func:`bertlib.windows.encode_windows`)."""
     tok = pretrained.tokenizer
     if reading == "truncated":
-        seqs, post = ft.encode(tok, texts, max_length, truncation), np.arange(len(texts))
+        seqs, post = encode(tok, texts, max_length, truncation), np.arange(len(texts))
     elif reading == "windows":
         seqs, post = encode_windows(tok, texts, max_length, stride)
     else:
@@ -103,17 +106,17 @@ def fit_probe(train_features: np.ndarray, train_labels, val_features: np.ndarray
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    best = None
-    for C in grid:
-        model = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000))
-        model.fit(train_features, train_labels)
-        acc = float(model.score(val_features, val_labels))
-        if best is None or acc > best.val_accuracy:
-            best = Probe(model, C, acc)
-    return best
+    def fitted():
+        for C in grid:
+            model = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000))
+            model.fit(train_features, train_labels)
+            acc = float(model.score(val_features, val_labels))
+            yield Probe(model, C, acc), acc
+
+    return best_on_validation(fitted())[0]
 
 
-def evaluate_frozen(pretrained: Pretrained, data: ft.NewsData, cfg: ft.FinetuneConfig,
+def evaluate_frozen(pretrained: Pretrained, data: NewsData, cfg: FinetuneConfig,
                     readings: tuple[str, ...] = READINGS, say=print) -> dict[str, dict]:
     """Every reading × kind on ``data`` (``cfg.max_length``, ``cfg.truncation``, ``cfg.window_stride``):
     ``"windows/mean" -> {accuracy, macro_f1, per_class_f1, val_accuracy, C, seconds}``; ``C`` chosen on
@@ -128,7 +131,7 @@ def evaluate_frozen(pretrained: Pretrained, data: ft.NewsData, cfg: ft.FinetuneC
         for kind in KINDS:
             probe = fit_probe(feats["train"][kind], data.train.labels, feats["val"][kind], data.val.labels)
             pred = probe.predict(feats["test"][kind])
-            row = {**ft.scores(data.test.labels, pred, data.label_names), "val_accuracy": probe.val_accuracy,
+            row = {**scores(data.test.labels, pred, data.label_names), "val_accuracy": probe.val_accuracy,
                    "C": probe.C, "features_seconds": round(encode_s, 1)}
             out[f"{reading}/{kind}"] = row
             say(f"[features] {reading:<9} {kind:<7} C={probe.C:<5g} validation {probe.val_accuracy:.4f} "
@@ -139,10 +142,7 @@ def evaluate_frozen(pretrained: Pretrained, data: ft.NewsData, cfg: ft.FinetuneC
 def main(argv: list[str] | None = None) -> int:
     """``python -m bertlib.features --profile cpu --out DIR [--remove-headers]``: the profile's splits (the
     options of ``python -m bertlib.finetune`` that choose posts and windows apply), ``DIR/metrics.json``."""
-    from .pretrained import load_pretrained
-    from .runtime import get_device
-
-    cfg, cmd = ft.parse_args(argv)
+    cfg, cmd = parse_args(argv)
     try:
         check_windows(cfg.max_length, cfg.window_stride)  # before loading anything: a clear error, no traceback
     except ValueError as err:
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device(cfg.device) if cfg.device else get_device()
     t0 = time.perf_counter()
-    data = ft.load_data(cfg, cmd.archive)
+    data = load_data(cfg, cmd.archive)
     pretrained = load_pretrained(cfg.model, device=device)
     print(f"[features] profile {cfg.profile} remove_headers={cfg.remove_headers} train={len(data.train)} "
           f"val={len(data.val)} test={len(data.test)} max_length={cfg.max_length} stride={cfg.window_stride}",
@@ -160,11 +160,11 @@ def main(argv: list[str] | None = None) -> int:
                "profile": cfg.profile, "remove_headers": cfg.remove_headers, "data_seed": cfg.data_seed,
                "train_size": len(data.train), "val_size": len(data.val), "test_size": len(data.test),
                "max_length": cfg.max_length, "truncation": cfg.truncation, "window_stride": cfg.window_stride,
-               "model": ft._model_name(pretrained), "results": results,
-               "wall_seconds": round(time.perf_counter() - t0, 1), "hardware": ft._hardware(device)}
+               "model": model_name(pretrained), "results": results,
+               "wall_seconds": round(time.perf_counter() - t0, 1), "hardware": hardware(device)}
     out = Path(cmd.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+    write_text(out / "metrics.json", json.dumps(metrics, indent=1) + "\n")
     print(f"[features] wrote {out / 'metrics.json'} in {metrics['wall_seconds']:.0f} s", flush=True)
     return 0
 

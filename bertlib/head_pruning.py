@@ -10,6 +10,7 @@ Really Better than One?*, used to choose which heads to prune.
 Pruning follows 4.x exactly (:func:`prune`): original head numbers, already-pruned heads ignored, negative layer
 indices, and ``config.pruned_heads`` recording the result. A pruned model runs through the one layer loop,
 :func:`bertlib.bert_forward`, which reads ``config.pruned_heads`` as HF 4.x did when loading a pruned checkpoint.
+(``pruned_bert_forward``, an old alias of it, moved to :mod:`bertlib.compat`.)
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 from transformers import BertConfig
 
-from .checks import check_config, check_state_dict, kept_heads, pruned_heads
+from .checks import check_config, check_head_mask, check_state_dict, kept_heads, pruned_heads
 from .encoder import BertForwardOutput, bert_forward
-from .multi_head import self_attention
 
 #: The four weights pruning touches in each layer: rows of Q/K/V (and their biases), columns of the output dense.
 _QKV = ("query", "key", "value")
@@ -112,32 +112,6 @@ def prune(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
     return out, new_config
 
 
-def prune_heads(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
-                heads_to_prune: Mapping[int, Iterable[int]]) -> dict[str, torch.Tensor]:
-    """The state dict of :func:`prune` (a thin alias kept for chapter 13's first edition). Run it with the config
-    :func:`prune` returns; to prune again, pass that config too (heads keep their original numbers)."""
-    return prune(state_dict, config, heads_to_prune)[0]
-
-
-def pruned_self_attention(
-    state_dict: Mapping[str, torch.Tensor], config: BertConfig, hidden_states: torch.Tensor,
-    attention_mask: torch.Tensor | None = None, **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`bertlib.self_attention` (a thin alias): a pruned layer's weights have ``kept * head_size`` rows, and
-    ``self_attention`` reads the number of heads from them. Returns ``(batch, seq, kept * head_size)`` and
-    ``(batch, kept, seq, seq)``. Defined in chapter 13."""
-    return self_attention(state_dict, config, hidden_states, attention_mask, **kwargs)
-
-
-def pruned_bert_forward(state_dict: Mapping[str, torch.Tensor], config: BertConfig, input_ids: torch.Tensor,
-                        attention_mask: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
-                        **kwargs) -> BertForwardOutput:
-    """:func:`bertlib.bert_forward` (a thin alias, same keywords) for the state dict and config of :func:`prune`.
-    ``attentions`` has ``kept`` heads per layer. Equals ``bert_forward(..., head_mask=head_mask_for(config,
-    heads_to_prune))`` on the unpruned weights. Defined in chapter 13."""
-    return bert_forward(state_dict, config, input_ids, attention_mask, token_type_ids, **kwargs)
-
-
 def head_importance(
     state_dict: Mapping[str, torch.Tensor],
     config: BertConfig,
@@ -162,9 +136,9 @@ def head_importance(
     some = next(iter(state_dict.values()))
     importance = torch.zeros(config.num_hidden_layers, config.num_attention_heads, dtype=torch.float64)
     n = 0
+    if head_mask is not None:
+        check_head_mask(config, head_mask, layers=True)
     shape = (config.num_hidden_layers, config.num_attention_heads)
-    if head_mask is not None and tuple(head_mask.shape) != shape:
-        raise ValueError(f"head_mask must have shape {shape} (layers, heads), got {tuple(head_mask.shape)}.")
     start = torch.ones(shape) if head_mask is None else head_mask.detach()
     for batch in batches:
         mask = start.to(dtype=some.dtype, device=some.device).clone().requires_grad_(True)
@@ -193,8 +167,8 @@ def prune_order(importance: torch.Tensor) -> list[tuple[int, int]]:
 
 
 def as_heads_to_prune(pairs: Iterable[tuple[int, int]]) -> dict[int, list[int]]:
-    """``[(layer, head), ...]`` (original indices) → ``{layer: [head, ...]}`` sorted, for :func:`prune_heads`
-    and :func:`head_mask_for`."""
+    """``[(layer, head), ...]`` (original indices) → ``{layer: [head, ...]}`` sorted, for :func:`prune` and
+    :func:`head_mask_for`."""
     out: dict[int, list[int]] = {}
     for layer, head in pairs:
         out.setdefault(int(layer), []).append(int(head))
@@ -210,3 +184,13 @@ def attention_parameters(state_dict: Mapping[str, torch.Tensor], config: BertCon
         total += sum(state_dict[p + f"self.{n}.{w}"].numel() for n in _QKV for w in ("weight", "bias"))
         total += state_dict[p + "output.dense.weight"].numel()
     return total
+
+
+def __getattr__(name: str):
+    """``pruned_bert_forward`` (an old alias of :func:`bertlib.bert_forward`) from :mod:`bertlib.compat`, which
+    warns; any other missing name is an ``AttributeError`` as usual."""
+    if name == "pruned_bert_forward":
+        from . import compat
+
+        return compat.pruned_bert_forward
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,8 +29,12 @@ from torch import nn
 from transformers import BertConfig
 
 from .classifier import classifier_dropout_prob
+from .layer import activation
+from .layer_norm import layer_norm
 from .pretrained import split_bert_state_dict
-from .pretraining import IGNORE_INDEX, mlm_logits, nsp_logits
+
+#: The label value cross-entropy ignores (PyTorch's ``ignore_index`` default, HF's convention).
+IGNORE_INDEX = -100
 
 
 @dataclass
@@ -48,6 +52,52 @@ class SpanOutput:
     start_logits: torch.Tensor
     end_logits: torch.Tensor
     loss: torch.Tensor | None = None
+
+
+# ---- the pre-training heads' math (chapter 11), which the task heads below reuse -----------------------------------
+
+
+def pretraining_head_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
+    """The parameters of HF's ``BertPreTrainingHeads`` (keys ``cls.*``), without the decoder weight, which is tied
+    to ``embeddings.word_embeddings.weight``."""
+    H = config.hidden_size
+    return {
+        "cls.predictions.transform.dense.weight": (H, H),
+        "cls.predictions.transform.dense.bias": (H,),
+        "cls.predictions.transform.LayerNorm.weight": (H,),
+        "cls.predictions.transform.LayerNorm.bias": (H,),
+        "cls.predictions.bias": (config.vocab_size,),
+        "cls.seq_relationship.weight": (2, H),
+        "cls.seq_relationship.bias": (2,),
+    }
+
+
+def mlm_transform(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
+                  sequence_output: torch.Tensor) -> torch.Tensor:
+    """``LayerNorm(act(h W_T^T + b_T))``: HF's ``BertPredictionHeadTransform``. ``(..., hidden)`` in and out."""
+    p = "cls.predictions.transform."
+    h = F.linear(sequence_output, state_dict[p + "dense.weight"], state_dict[p + "dense.bias"])
+    h = activation(config.hidden_act)(h)
+    return layer_norm(h, state_dict[p + "LayerNorm.weight"], state_dict[p + "LayerNorm.bias"], config.layer_norm_eps)
+
+
+def mlm_logits(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
+               sequence_output: torch.Tensor) -> torch.Tensor:
+    """The MLM head: ``transform(h) E^T + b`` with ``E`` the word-embedding table (the decoder is *tied* to the
+    input embeddings) and ``b`` = ``cls.predictions.bias``. ``(..., hidden)`` → ``(..., vocab_size)``.
+    Defined in chapter 11, *Pre-training* (HF ``BertLMPredictionHead``); here for chapter 15 too.
+    """
+    h = mlm_transform(state_dict, config, sequence_output)
+    return F.linear(h, state_dict["embeddings.word_embeddings.weight"], state_dict["cls.predictions.bias"])
+
+
+def nsp_logits(state_dict: Mapping[str, torch.Tensor], config: BertConfig, pooled_output: torch.Tensor) -> torch.Tensor:
+    """The NSP head: one linear layer on the pooled ``[CLS]`` vector, ``(batch, hidden)`` → ``(batch, 2)``
+    (column 0 = IsNext, 1 = NotNext). Defined in chapter 11, *Pre-training* (HF ``cls.seq_relationship``)."""
+    return F.linear(pooled_output, state_dict["cls.seq_relationship.weight"], state_dict["cls.seq_relationship.bias"])
+
+
+# ---- the task heads (chapter 15) -----------------------------------------------------------------------------------
 
 
 def _cross_entropy(logits: torch.Tensor, labels: torch.Tensor | None) -> torch.Tensor | None:

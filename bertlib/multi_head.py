@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from transformers import BertConfig
 
 from .attention_functions import get_attention_function
-from .checks import check_config, check_hidden, kept_heads, position_embedding_type
-from .relative_position import RELATIVE_TYPES, distance_embedding_key, relative_position_scores
+from .checks import RELATIVE_TYPES, check_config, check_head_mask, check_hidden, kept_heads, position_embedding_type
+from .relative_scores import distance_embedding_key, relative_position_scores
 
 
 def transpose_for_scores(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -33,9 +33,7 @@ def layer_head_mask(config: BertConfig, head_mask: torch.Tensor | None, layer: i
     broadcast error); here the factors of the pruned heads are simply dropped."""
     if head_mask is None:
         return None
-    if tuple(head_mask.shape) != (config.num_attention_heads,):
-        raise ValueError(f"head_mask for one layer must have shape ({config.num_attention_heads},) (one factor per "
-                         f"head), got {tuple(head_mask.shape)}.")
+    check_head_mask(config, head_mask, layers=False)
     kept = kept_heads(config, layer)
     return head_mask if len(kept) == config.num_attention_heads else head_mask[kept]
 

@@ -6,7 +6,8 @@ serves its own copies (``_ext/bertbook/offline.py``); in a live notebook (Jupyte
 :func:`use_vendored_bertviz_assets`, which :func:`bertlib.setup` calls, registers IPython display formatters that
 rewrite those outputs: require.js goes inline into the page, and d3 and jQuery become ``data:`` URLs in bertviz's
 ``require.config`` paths, read from ``node_modules/`` (``npm ci`` installs the versions pinned in
-``package-lock.json``; ``make lab`` runs it). No request leaves the notebook server.
+``package-lock.json``; ``make lab`` runs it). No request leaves the notebook server. Which files and which CDN
+URLs: :mod:`bertlib.bertviz_assets`, shared with the book build.
 
 ``BERTLIB_BERTVIZ_ASSETS=cdn`` leaves bertviz's outputs as they are: the book build and the nbval run that fills its
 execution cache set it, since the book rewrites the CDN URLs to its own copies (a 0.5 MB inline copy per view
@@ -21,22 +22,18 @@ import re
 from pathlib import Path
 from typing import Any
 
-ASSETS_ENV = "BERTLIB_BERTVIZ_ASSETS"
+from .bertviz_assets import ASSETS_ENV, CDN_URLS, NPM_FILES, cdn_pattern, node_modules_dir
+
+__all__ = ["ASSETS_ENV", "FILES", "MODES", "inline_assets", "node_modules_dir", "use_vendored_bertviz_assets",
+           "vendored_assets"]
+
 MODES = ("inline", "cdn")
 #: The npm files (under node_modules) that replace the CDN copies: the versions package-lock.json pins.
-FILES = {"require": "requirejs/require.js", "d3": "d3/dist/d3.min.js", "jquery": "jquery/dist/jquery.min.js"}
+FILES = NPM_FILES
 
 # What bertviz 1.4 writes: a <script src=...require.min.js> tag and require.config paths without ".js".
-_REQUIRE_TAG = re.compile(r"<script\s+src=[\"']https?://[^\"']*/require(?:\.min)?\.js[\"']\s*>\s*</script>")
-_PATHS = {
-    "d3": re.compile(r"([\"'])https?://[^\"']*/d3(?:\.min)?(?:\.js)?\1"),
-    "jquery": re.compile(r"([\"'])https?://[^\"']*/jquery(?:\.min)?(?:\.js)?\1"),
-}
-
-
-def node_modules_dir() -> Path:
-    """``$BERTLIB_NODE_MODULES``, else ``node_modules/`` at the repository root (next to ``bertlib/``)."""
-    return Path(os.environ.get("BERTLIB_NODE_MODULES") or Path(__file__).resolve().parents[1] / "node_modules")
+_REQUIRE_TAG = re.compile(rf"<script\s+src=[\"']{CDN_URLS['require']}[\"']\s*>\s*</script>")
+_PATHS = {name: cdn_pattern(name, quoted=True) for name in ("d3", "jquery")}
 
 
 def vendored_assets(node_modules: Path | None = None) -> dict[str, str] | None:

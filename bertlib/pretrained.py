@@ -12,12 +12,16 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoTokenizer, BertConfig, BertModel, PreTrainedTokenizerBase
+from transformers import AutoTokenizer, BertConfig, PreTrainedTokenizerBase
 
 from .checks import POOLER_KEYS, check_config, check_state_dict, expected_shapes, position_embedding_type
-from .runtime import resolve_seed
+from .runtime import normal_init, resolve_seed, seeded_generator
+
+if TYPE_CHECKING:
+    from transformers import BertModel
 
 #: Environment variable that replaces the embedded default model for the whole book.
 MODEL_ENV = "BERTLIB_MODEL"
@@ -145,6 +149,8 @@ def _raw_state_dict(source: str, config: BertConfig) -> dict[str, torch.Tensor]:
 
         sd, _ = split_bert_state_dict(load_file(str(path / "model.safetensors")))
     else:  # a Hub id (online) or another checkpoint format: let transformers read it
+        from transformers import BertModel
+
         with quiet_transformers():
             model, info = BertModel.from_pretrained(source, local_files_only=path.is_dir(), output_loading_info=True)
         sd = {k: v for k, v in model.state_dict().items() if k not in set(info.get("missing_keys", ()))}
@@ -162,8 +168,7 @@ def init_missing_pooler(state_dict: dict[str, torch.Tensor], config: BertConfig,
     if not missing:
         return ()
     H = config.hidden_size
-    g = torch.Generator().manual_seed(resolve_seed(seed))
-    fresh = {"pooler.dense.weight": torch.randn(H, H, generator=g) * config.initializer_range,
+    fresh = {"pooler.dense.weight": normal_init((H, H), config.initializer_range, seeded_generator(seed)),
              "pooler.dense.bias": torch.zeros(H)}
     for k in missing:
         state_dict[k] = fresh[k]
@@ -227,6 +232,13 @@ def load_pretrained(
     return Pretrained(state_dict=sd, config=config, tokenizer=tokenizer, source=source, initialised=initialised)
 
 
+def model_name(pretrained: Pretrained) -> str:
+    """A short name of the checkpoint for logs and ``metrics.json``: the directory or Hub id's last part (the
+    package's folder name for the embedded model, whose weights sit in ``.../<name>/model``)."""
+    name = getattr(pretrained.config, "name_or_path", "") or pretrained.source
+    return name.rstrip("/").rsplit("/", 2)[-2 if name.rstrip("/").endswith("/model") else -1]
+
+
 def to_hf_model(pretrained: Pretrained, attn_implementation: str = "eager") -> BertModel:
     """The reference: a ``transformers.BertModel`` in eval mode holding exactly ``pretrained``'s weights.
 
@@ -235,6 +247,8 @@ def to_hf_model(pretrained: Pretrained, attn_implementation: str = "eager") -> B
     reads the head count from the query width, so smaller ``nn.Linear`` layers are put in, as 4.x's
     ``prune_linear_layer`` did. A state dict without a pooler gives a model without one (``add_pooling_layer``).
     """
+    from transformers import BertModel  # here, not at the top: `import bertlib` needs none of transformers' models
+
     if position_embedding_type(pretrained.config) != "absolute":
         raise ValueError("transformers 5's BertModel has no relative position embeddings (position_embedding_type="
                          f"{position_embedding_type(pretrained.config)!r}): it cannot be the reference for such a "

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import random
 import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,6 +97,49 @@ def set_seed(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+# ---- seeded initialisation: every random weight bertlib creates comes from one of these ----
+
+
+def seeded_generator(seed: int | None = None) -> torch.Generator:
+    """A CPU generator seeded with ``seed`` (default ``$BERTLIB_SEED``, else 0). Drawing from it leaves the global
+    generators alone, so creating a weight does not change what the caller's code draws next."""
+    return torch.Generator().manual_seed(resolve_seed(seed))
+
+
+def normal_init(shape: Sequence[int], std: float, generator: torch.Generator,
+                dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A weight as Hugging Face initialises one (``_init_weights``): ``N(0, std^2)``, ``std`` being
+    ``config.initializer_range``, drawn in ``dtype`` (default: torch's default dtype) from ``generator``; biases
+    start at zero, LayerNorm at one."""
+    return torch.randn(tuple(shape), generator=generator, dtype=dtype) * std
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None = None) -> Iterator[None]:
+    """Run the block with torch's global generators seeded (``seed``, default ``$BERTLIB_SEED``) and put them back
+    afterwards: a module's own default initialisation (``nn.Linear``), reproducible, without touching the caller's
+    random state."""
+    with torch.random.fork_rng():
+        torch.manual_seed(resolve_seed(seed))
+        yield
+
+
+def hardware(device: torch.device, world_size: int = 1) -> str:
+    """What a run ran on, for its ``metrics.json``: the GPU's name, or the CPU's model with torch's threads and the
+    machine's cores; under DDP, how many processes of it."""
+    if world_size > 1:
+        return f"{world_size} processes × {hardware(device)}"
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{name}, {torch.get_num_threads()} threads of {os.cpu_count()} cores"
 
 
 @dataclass

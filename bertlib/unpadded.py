@@ -6,7 +6,8 @@ token alone. So gather the real tokens into one ``(1, tokens, hidden)`` sequence
 and run attention sequence by sequence on its own slice (``cu_seqlens``, as FlashAttention's variable-length kernels
 call the offsets). No position is padding, so no mask is needed, and the result equals :func:`bertlib.bert_forward`
 on every real token. It is ``bert_forward(..., attn_implementation="unpadded")``: the same layer loop with the
-attention function :func:`bertlib.attention_functions.varlen_attention_forward`.
+attention function :func:`bertlib.attention_functions.varlen_attention_forward`, the real tokens found by
+:func:`unpad` (both in :mod:`bertlib.encoder`, the one layer loop; :func:`bert_forward_unpadded` names the call).
 """
 
 from __future__ import annotations
@@ -14,22 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import torch
-import torch.nn.functional as F
 from transformers import BertConfig
 
+from .encoder import bert_forward, unpad
 
-def unpad(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[int]]:
-    """Where the real tokens are. ``attention_mask``: ``(batch, seq)`` of 0/1.
-
-    Returns the flat indices of the real tokens into ``batch * seq`` (``(tokens,)``), the offsets ``cu_seqlens``
-    (``(batch + 1,)``: sequence ``b`` is rows ``cu_seqlens[b]:cu_seqlens[b+1]`` of the unpadded matrix) and the
-    lengths as Python ints.
-    """
-    mask = attention_mask.bool()
-    lengths = mask.sum(dim=1)
-    indices = mask.flatten().nonzero().squeeze(1)
-    cu_seqlens = F.pad(lengths.cumsum(0), (1, 0))
-    return indices, cu_seqlens, lengths.tolist()
+__all__ = ["bert_forward_unpadded", "unpad"]
 
 
 def bert_forward_unpadded(
@@ -51,7 +41,5 @@ def bert_forward_unpadded(
     and, with ``output_hidden_states``, every hidden state in the same padded layout; ``attentions`` are ``None``
     (the fused kernel never forms them).
     """
-    from .encoder import bert_forward
-
     return bert_forward(state_dict, config, input_ids, attention_mask, token_type_ids, attn_implementation="unpadded",
                         fused=fused, output_hidden_states=output_hidden_states, **kwargs)

@@ -1,12 +1,13 @@
 """Whole posts: classify a post from all of its tokens with overlapping windows (chapter 9, *whole posts*).
 
-A post longer than ``max_length`` loses its middle under head+tail truncation (:func:`bertlib.finetune.truncate`).
+A post longer than ``max_length`` loses its middle under head+tail truncation (:func:`bertlib.newsgroups.truncate`).
 Here it is cut instead into windows of at most ``max_length - 2`` body tokens, each wrapped ``[CLS] ... [SEP]``,
 consecutive windows sharing ``stride`` tokens: Hugging Face's fast tokenizers do the same with
 ``tokenizer(text, truncation=True, max_length=..., stride=..., return_overflowing_tokens=True)``, and
 :func:`split_windows` gives exactly their windows (``tests/test_windows.py``). The model scores every window; the
 windows' logits are combined per post (:func:`pool_windows`: mean or max). The pieces, in order:
-:func:`split_windows`, :func:`encode_windows`, :func:`pool_windows`, :func:`predict_post_logits`.
+:func:`split_windows`, :func:`encode_windows`, then :func:`~bertlib.inference.pool_windows` and
+:func:`~bertlib.inference.predict_post_logits` (inference, from :mod:`bertlib.inference`; re-exported here).
 :class:`WindowAttention` pools the windows' vectors instead, with learned weights: :func:`fit_window_classifier`
 trains it, or a mean or max pooling, with a linear layer on fixed window vectors (chapter 9 compares the three on
 the frozen network's vectors; fine-tuning pools logits by mean or max).
@@ -21,8 +22,13 @@ import numpy as np
 import torch
 from torch import nn
 
-#: How :func:`pool_windows` combines a post's window logits: the name → ``Tensor.scatter_reduce``'s ``reduce``.
-POOLINGS: dict[str, str] = {"mean": "mean", "max": "amax"}
+from .data import body_ids
+from .inference import POOLINGS, best_on_validation, pool_windows, predict_post_logits
+from .runtime import seeded
+
+__all__ = ["POOLINGS", "VECTOR_POOLINGS", "WindowAttention", "WindowClassifier", "check_windows", "encode_windows",
+           "fit_window_classifier", "pool_windows", "predict_post_logits", "predict_windows", "segment_softmax",
+           "split_windows"]
 
 
 def check_windows(max_length: int, stride: int) -> None:
@@ -60,51 +66,12 @@ def split_windows(body: list[int], max_length: int, stride: int, cls_id: int, se
 def encode_windows(tokenizer, texts: list[str], max_length: int, stride: int) -> tuple[list[list[int]], np.ndarray]:
     """Every window (:func:`split_windows`) of every post, flattened in post order, and ``post_index``, the
     ``(windows,)`` array of the post each comes from (Hugging Face's ``overflow_to_sample_mapping``)."""
-    from .finetune import _bodies
-
     check_windows(max_length, stride)
     per_post = [split_windows(ids, max_length, stride, tokenizer.cls_token_id, tokenizer.sep_token_id)
-                for ids in _bodies(tokenizer, texts)]
+                for ids in body_ids(tokenizer, texts)]
     windows = [w for post in per_post for w in post]
     post_index = np.repeat(np.arange(len(per_post)), [len(post) for post in per_post])
     return windows, post_index
-
-
-def pool_windows(window_logits: torch.Tensor, post_index: torch.Tensor, n_posts: int, how: str = "mean"
-                 ) -> torch.Tensor:
-    """``(windows, labels)`` logits → ``(posts, labels)``: each post's windows combined by ``how``.
-
-    ``"mean"``: the average of the post's window logits; ``"max"``: their elementwise maximum (each class scored by
-    the window that speaks most for it). ``post_index``: ``(windows,)``, the post of each window, every post in
-    ``range(n_posts)`` having at least one. One ``Tensor.scatter_reduce`` (differentiable, on any device; not
-    ``index_reduce``, which warns that it is in beta)."""
-    if how not in POOLINGS:
-        raise ValueError(f"window pooling must be one of {sorted(POOLINGS)}, got {how!r}.")
-    post_index = torch.as_tensor(post_index, dtype=torch.long, device=window_logits.device)
-    if window_logits.dim() != 2 or post_index.shape != window_logits.shape[:1]:
-        raise ValueError(f"window_logits must be (windows, labels) and post_index (windows,), got "
-                         f"{tuple(window_logits.shape)} and {tuple(post_index.shape)}.")
-    counts = torch.bincount(post_index, minlength=n_posts)
-    if len(counts) != n_posts or (counts == 0).any():
-        raise ValueError(f"post_index must give every post in range({n_posts}) at least one window, and no other "
-                         "post: build both with encode_windows.")
-    out = window_logits.new_zeros(n_posts, window_logits.shape[1])
-    rows = post_index[:, None].expand_as(window_logits)  # (windows, labels): window w's row goes to post_index[w]
-    return out.scatter_reduce(0, rows, window_logits, POOLINGS[how], include_self=False)
-
-
-def predict_post_logits(model, windows: list[list[int]], post_index, n_posts: int, pad_id: int, how: str = "mean",
-                        batch_size: int = 64, device: torch.device | str | None = None, *, rank: int = 0,
-                        world_size: int = 1) -> torch.Tensor:
-    """``(n_posts, num_labels)`` float32 logits on the CPU: :func:`bertlib.finetune.predict_logits` over all the
-    windows (eval mode, length-sorted batches of ``batch_size`` windows, under DDP shared over the ranks), then
-    :func:`pool_windows` by ``how``."""
-    from .finetune import predict_logits
-
-    if how not in POOLINGS:  # before running the model
-        raise ValueError(f"window pooling must be one of {sorted(POOLINGS)}, got {how!r}.")
-    logits = predict_logits(model, windows, pad_id, batch_size, device, rank=rank, world_size=world_size)
-    return pool_windows(logits, torch.as_tensor(post_index), n_posts, how)
 
 
 def segment_softmax(scores: torch.Tensor, post_index: torch.Tensor, n_posts: int) -> torch.Tensor:
@@ -170,22 +137,24 @@ def fit_window_classifier(train: tuple, val: tuple, num_labels: int, pool: str =
     run per weight decay from the same initialisation (``seed``, drawn without touching the global generator)."""
     vectors, post_index, labels = (torch.as_tensor(np.asarray(x)) for x in train)
     shift, spread = vectors.mean(0), vectors.std(0) + 1e-6
-    best = None
-    for wd in weight_decays:
-        with torch.random.fork_rng():   # the same start for every weight decay; the caller's generator untouched
-            torch.manual_seed(seed)
-            model = WindowClassifier(vectors.shape[1], num_labels, pool)
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
-        for _ in range(steps):
-            opt.zero_grad()
-            loss = nn.functional.cross_entropy(model((vectors - shift) / spread, post_index, len(labels)), labels)
-            loss.backward()
-            opt.step()
-        model.scale = (shift, spread)
-        acc = float((predict_windows(model, *val[:2], len(val[2])).argmax(-1).numpy() == np.asarray(val[2])).mean())
-        if best is None or acc > best[2]:
-            best = (model.eval(), wd, acc)
-    return best
+
+    def fitted():
+        for wd in weight_decays:
+            with seeded(seed):  # the same start for every weight decay; the caller's generator untouched
+                model = WindowClassifier(vectors.shape[1], num_labels, pool)
+            opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=wd)
+            for _ in range(steps):
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(model((vectors - shift) / spread, post_index, len(labels)),
+                                                   labels)
+                loss.backward()
+                opt.step()
+            model.scale = (shift, spread)
+            pred = predict_windows(model, *val[:2], len(val[2])).argmax(-1).numpy()
+            yield (model.eval(), wd), float((pred == np.asarray(val[2])).mean())
+
+    (model, wd), acc = best_on_validation(fitted())
+    return model, wd, acc
 
 
 @torch.no_grad()

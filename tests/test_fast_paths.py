@@ -1,7 +1,8 @@
 """The fast paths of appendix 14 (*Making it fast*) compute the same function as the formulas and as HF.
 
 - ``fused=True``: one-kernel LayerNorm and GELU; ``attn_implementation="sdpa"``: fused attention.
-- :func:`bertlib.unpadded.bert_forward_unpadded`: no padding position is ever computed.
+- ``bert_forward(..., attn_implementation="unpadded")`` (:mod:`bertlib.unpadded`): no padding position is ever
+  computed.
 - :mod:`bertlib.bench` on a tiny grid: every row timed, the workload's [CLS] vectors agree across strategies.
 Padding rows are excluded for the reason given in ``test_fidelity.py``.
 """
@@ -138,8 +139,13 @@ def test_unpad_offsets():
     assert lengths == [3, 1, 4]
 
 
+def unpadded(*args, **kwargs):
+    """The padding-free pass: bert_forward with the unpadded attention and the fused LayerNorm/GELU."""
+    return bertlib.bert_forward(*args, attn_implementation="unpadded", fused=True, **kwargs)
+
+
 def test_unpadded_equals_padded_on_real_tokens(pretrained, hf_model, real_batch):
-    out = bert_forward_unpadded(pretrained.state_dict, pretrained.config, **real_batch, output_hidden_states=True)
+    out = unpadded(pretrained.state_dict, pretrained.config, **real_batch, output_hidden_states=True)
     ref = hf_hidden(hf_model, real_batch)
     m = real_batch["attention_mask"].bool()
     assert len(out.hidden_states) == pretrained.config.num_hidden_layers + 1
@@ -152,7 +158,7 @@ def test_unpadded_equals_padded_on_real_tokens(pretrained, hf_model, real_batch)
 def test_unpadded_random_config_float64():
     sd, config, model = random_model(11, torch.float64, DEVICE, num_attention_heads=3, hidden_size=36)
     batch = random_inputs(config, 5, 23, seed=1, device=DEVICE)
-    out = bert_forward_unpadded(sd, config, **batch)
+    out = unpadded(sd, config, **batch)
     ref = hf_hidden(model, batch)
     m = batch["attention_mask"].bool()
     assert_close(out.last_hidden_state[m], ref.last_hidden_state[m], **F64)
@@ -165,11 +171,14 @@ def test_unpadded_left_padding_equals_padded(pretrained):
     ids = torch.randint(1000, pretrained.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(0))
     ids = ids.to(DEVICE)
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]], device=DEVICE)
-    out = bert_forward_unpadded(pretrained.state_dict, pretrained.config, ids, mask)
+    out = unpadded(pretrained.state_dict, pretrained.config, ids, mask)
     ref = bertlib.bert_forward(pretrained.state_dict, pretrained.config, ids, mask)
     m = mask.bool()
     assert_close(out.last_hidden_state[m], ref.last_hidden_state[m], **F32)
     assert (out.last_hidden_state[~m] == 0).all()
+    # chapter 14's name for the same call
+    alias = bert_forward_unpadded(pretrained.state_dict, pretrained.config, ids, mask)
+    assert torch.equal(alias.last_hidden_state, out.last_hidden_state)
 
 
 def test_bench_grid_rows_tiny():

@@ -74,8 +74,6 @@ def test_pruning_equals_masking_random_model(prune):
     assert HP.heads_per_layer(pruned, config) == [4 - len(prune.get(i, [])) for i in range(2)]
     assert pruned_config.pruned_heads == prune and not getattr(config, "pruned_heads", None)  # config not changed
     ours = bertlib.bert_forward(pruned, pruned_config, **batch)
-    assert torch.equal(HP.pruned_bert_forward(pruned, pruned_config, **batch).last_hidden_state,
-                       ours.last_hidden_state)
     ref = bertlib.bert_forward(sd, config, **batch, head_mask=HP.head_mask_for(config, prune, dtype=torch.float64))
     assert_close(ours.last_hidden_state[real], ref.last_hidden_state[real], **F64)
     assert_close(ours.pooler_output, ref.pooler_output, **F64)

@@ -110,21 +110,21 @@ def test_transformers_5_bert_has_no_relative_positions():
 
 
 def test_whole_forward_and_zero_tables():
-    """With zero distance tables the position terms vanish: relative_bert_forward equals bert_forward with the
-    absolute position table set to 0 (relative models add no absolute positions)."""
+    """With zero distance tables the position terms vanish: bert_forward on a relative config equals bert_forward
+    on the absolute one with the position table set to 0 (relative models add no absolute positions)."""
     sd, config, _ = random_model(seed=4, dtype=torch.float64, position_embedding_type="relative_key_query")
     batch = random_inputs(config, batch=3, seq=10, seed=5)
     real = batch["attention_mask"].bool()
     zero = R.add_distance_embeddings(sd, config, std=0.0)
     positions = "embeddings.position_embeddings.weight"
     no_pos = {**sd, positions: torch.zeros_like(sd[positions])}
-    ours = R.relative_bert_forward(zero, config, **batch)
+    ours = bertlib.bert_forward(zero, config, **batch)
     ref = bertlib.bert_forward(no_pos, absolute(config), **batch)
     assert_close(ours.last_hidden_state[real], ref.last_hidden_state[real], **F64)
     assert_close(ours.pooler_output, ref.pooler_output, **F64)
     # layer by layer it is relative_self_attention + the chapter-6 blocks; and head_mask behaves as in bert_forward
     full = R.add_distance_embeddings(sd, config, seed=6, std=0.3)
-    out = R.relative_bert_forward(full, config, **batch)
+    out = bertlib.bert_forward(full, config, **batch)
     mask = bertlib.extended_attention_mask(batch["attention_mask"], torch.float64)
     x = out.hidden_states[0]
     for layer in range(config.num_hidden_layers):
@@ -132,7 +132,7 @@ def test_whole_forward_and_zero_tables():
         x = bertlib.feed_forward(full, config, bertlib.attention_output(full, config, ctx, x, layer=layer), layer=layer)
         assert_close(x[real], out.hidden_states[layer + 1][real], **F64)
     hm = torch.tensor([1.0, 0.0, 1.0, 0.5], dtype=torch.float64)
-    masked = R.relative_bert_forward(full, config, **batch, head_mask=hm)
+    masked = bertlib.bert_forward(full, config, **batch, head_mask=hm)
     assert (masked.attentions[0][:, 1] == 0).all()
     assert (masked.last_hidden_state[real] - out.last_hidden_state[real]).abs().max() > 1e-4
 
@@ -140,11 +140,9 @@ def test_whole_forward_and_zero_tables():
 def test_bad_input():
     sd, config, _ = random_model(seed=0)
     batch = random_inputs(config, batch=2, seq=5, seed=1)
-    with pytest.raises(ValueError, match="position_embedding_type"):
-        R.relative_bert_forward(R.add_distance_embeddings(sd, config), config, **batch)  # config says absolute
     config.position_embedding_type = "relative_key"
     with pytest.raises(ValueError, match="add_distance_embeddings"):
-        R.relative_bert_forward(sd, config, **batch)
+        bertlib.bert_forward(sd, config, **batch)  # a relative config without its distance tables
     q = torch.zeros(1, 1, 5, 12)
     with pytest.raises(ValueError, match="2 \\* max_position_embeddings - 1"):
         R.relative_position_scores(q, q, torch.zeros(10, 12), 40, "relative_key")

@@ -1,8 +1,10 @@
 """Offline-complete HTML: serve require.js, d3, jQuery and MathJax from the book itself.
 
-The assets come from the npm registry at build time (``package.json`` + ``package-lock.json``, ``npm ci``) and
-are copied to ``<outdir>/_vendor/``, *not* ``_static/``: Jupyter Book 1 injects every ``*.js`` of ``_static`` into
-every page, and a require.js loaded before MathJax breaks it ("Mismatched anonymous define() module").
+The assets come from the npm registry at build time (``package.json`` + ``package-lock.json``, ``npm ci
+--ignore-scripts``) and are copied to ``<outdir>/_vendor/``, *not* ``_static/``: Jupyter Book 1 injects every
+``*.js`` of ``_static`` into every page, and a require.js loaded before MathJax breaks it ("Mismatched anonymous
+define() module"). Which files, and the CDN URLs bertviz writes, are :mod:`bertlib.bertviz_assets`, shared with a
+live notebook (``bertlib/notebook.py``).
 
 MathJax is pointed at its vendored copy through Sphinx's public ``mathjax_path`` setting (``config-inited``); at
 ``html-page-context`` the CDN URLs that bertviz's outputs (require.js, and the d3/jQuery ``require.config`` paths)
@@ -24,36 +26,32 @@ from typing import Any
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
+from bertlib.bertviz_assets import ASSETS_ENV, CDN_URLS, NPM_CI, NPM_FILES
+
 logger = logging.getLogger(__name__)
 
 VENDOR = "_vendor"
 #: Kernels started by the build (and by the nbval run that fills its cache) get ``BERTLIB_BERTVIZ_ASSETS=cdn``: bertlib
 #: then leaves bertviz's CDN URLs in the outputs for :func:`rewrite_page`, instead of inlining its own copies of
 #: require.js, d3 and jQuery into every view as it does in a live notebook (``bertlib/notebook.py``).
-BERTVIZ_ASSETS_ENV = "BERTLIB_BERTVIZ_ASSETS"
+BERTVIZ_ASSETS_ENV = ASSETS_ENV
 
-#: npm file (relative to node_modules) -> file under _vendor/. require.js paths are given without ".js".
-FILES = {
-    "requirejs/require.js": "requirejs/require.js",
-    "d3/dist/d3.min.js": "d3/d3.min.js",
-    "jquery/dist/jquery.min.js": "jquery/jquery.min.js",
-}
+#: Where each of bertviz's assets goes under _vendor/ (its npm file and CDN URLs: bertlib.bertviz_assets).
+_VENDORED = {"require": "requirejs/require.js", "d3": "d3/d3.min.js", "jquery": "jquery/jquery.min.js"}
+#: npm file (relative to node_modules) -> file under _vendor/.
+FILES = {NPM_FILES[name]: dest for name, dest in _VENDORED.items()}
 MATHJAX_SRC = "mathjax/es5"
 MATHJAX_DEST = "mathjax"
 MATHJAX_ENTRY = "mathjax/tex-mml-chtml.js"
 #: Parts of MathJax's es5 tree the book never loads (other combined bundles, the SVG output, the node build).
 _MATHJAX_SKIP = re.compile(r"^(tex-chtml.*|tex-svg.*|tex-mml-svg\.js|mml-.*\.js|node-main\.js|output/svg.*)$")
 
-#: CDN URL -> vendored path (relative to the output root). ``{v}`` matches any version.
+#: CDN URL -> vendored path (relative to the output root), any version. require.config paths (d3, jQuery) are given
+#: without ".js" (require adds it).
 _REWRITES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"https?://cdnjs\.cloudflare\.com/ajax/libs/require\.js/[\w.\-]+/require(?:\.min)?\.js"),
-     "_vendor/requirejs/require.js"),
-    (re.compile(r"https?://cdn\.jsdelivr\.net/npm/requirejs@[\w.\-]+/require(?:\.min)?\.js"),
-     "_vendor/requirejs/require.js"),
-    # require.config paths: no ".js" suffix (require adds it)
-    (re.compile(r"https?://cdnjs\.cloudflare\.com/ajax/libs/d3/[\w.\-]+/d3(?:\.min)?(?=['\"])"), "_vendor/d3/d3.min"),
-    (re.compile(r"https?://cdnjs\.cloudflare\.com/ajax/libs/jquery/[\w.\-]+/jquery(?:\.min)?(?=['\"])"),
-     "_vendor/jquery/jquery.min"),
+    (re.compile(CDN_URLS["require"]), f"{VENDOR}/{_VENDORED['require']}"),
+    (re.compile(CDN_URLS["d3"] + r"(?=['\"])"), f"{VENDOR}/{_VENDORED['d3'].removesuffix('.js')}"),
+    (re.compile(CDN_URLS["jquery"] + r"(?=['\"])"), f"{VENDOR}/{_VENDORED['jquery'].removesuffix('.js')}"),
     (re.compile(r"https?://cdn\.jsdelivr\.net/npm/mathjax@[\w.\-]+/es5/tex-mml-chtml\.js"), "_vendor/" + MATHJAX_ENTRY),
 ]
 
@@ -105,8 +103,8 @@ def _node_modules(app: Sphinx) -> Path:
 
 
 def ensure_npm_assets(app: Sphinx) -> Path:
-    """Run ``npm ci`` in the book root when ``node_modules`` is missing or older than ``package-lock.json``;
-    return the ``node_modules`` folder. Raises a clear error if npm is needed and absent."""
+    """Run ``npm ci --ignore-scripts`` in the book root when ``node_modules`` is missing or older than
+    ``package-lock.json``; return the ``node_modules`` folder. Raises a clear error if npm is needed and absent."""
     root = Path(app.confdir)
     lock, modules = root / "package-lock.json", _node_modules(app)
     if not lock.exists():
@@ -119,12 +117,13 @@ def ensure_npm_assets(app: Sphinx) -> Path:
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("the HTML book serves its own require.js, d3, jQuery and MathJax, installed from npm: "
-                           "install Node.js and npm (Debian: apt-get install -y npm), then build again.")
-    logger.info("bertbook: npm ci (browser assets from package-lock.json)")
-    proc = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"], cwd=root,
-                          capture_output=True, text=True)
+                           "install Node.js and npm (Debian/Ubuntu: sudo apt-get install -y nodejs npm; macOS: brew "
+                           "install node; or https://nodejs.org), then build again.")
+    logger.info(f"bertbook: {' '.join(NPM_CI)} (browser assets from package-lock.json)")
+    proc = subprocess.run([npm, *NPM_CI[1:]], cwd=root, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"`npm ci` failed in {root} (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        raise RuntimeError(f"`{' '.join(NPM_CI)}` failed in {root} (exit {proc.returncode}):\n{proc.stdout}\n"
+                           f"{proc.stderr}")
     return modules
 
 
