@@ -105,7 +105,8 @@ def test_what_chapter_9b_says_about_the_rows(rm):
             assert abs(gain) < 0.01
         else:  # as distributed they help the frozen vectors a lot
             assert gain > 0.05
-        assert r["model"][split] > r["frozen_windows"][split]  # all the data lets fine-tuning beat them
+        assert r["model"][split] > max(r["frozen_windows"][split], r["frozen_truncated"][split])  # all the data
+        # lets fine-tuning beat every frozen probe
         assert r["model"][split] > r["model_truncated"][split]  # whole posts beat truncation, same weights
         assert r["model"][split] < r["tfidf_svc"][split]  # alone, fine-tuning loses to TF-IDF + LinearSVC
     assert r["ensemble"]["accuracy"] > max(r[k]["accuracy"] for k in r if k != "ensemble")
