@@ -136,7 +136,8 @@ def _generated(n: int = 60):
     return texts, np.arange(n) % 4, ["c0", "c1", "c2", "c3"]
 
 
-def test_train_windows_trains_on_every_window_with_its_posts_label(pretrained, tmp_path):
+def test_train_windows_trains_on_every_window_with_its_posts_label(tiny_pretrained, tmp_path):
+    pretrained = tiny_pretrained
     texts, labels, names = _generated()
     cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, epochs=1, batch_size=8,
                             dropout=0.0, device="cpu", train_windows=True, window_stride=4)
@@ -152,7 +153,8 @@ def test_train_windows_trains_on_every_window_with_its_posts_label(pretrained, t
     assert result.metrics["train_tokens"] == sum(len(w) for w in windows)  # one epoch: every window once
 
 
-def test_metrics_hold_the_error_analysis_and_the_ensemble(pretrained, tmp_path):
+def test_metrics_hold_the_error_analysis_and_the_ensemble(tiny_pretrained, tmp_path):
+    pretrained = tiny_pretrained
     texts, labels, names = _generated()
     cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=2, batch_size=8,
                             device="cpu", eval_windows=True, window_stride=4, tfidf_ensemble=True)

@@ -95,16 +95,20 @@ def test_keep_freed_memory_is_idempotent():
 
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's allocator only")
 def test_keep_freed_memory_stops_page_faults_on_reuse():
-    """What the setting promises: freed memory is reused without new page faults. Without it, the same rounds keep
-    faulting, so a setting that did nothing would fail. A round touches 8,192 pages (32 MiB). Measured in 30 runs
-    each (1 and 2 threads): with the setting at most 2,049 faults in rounds 2-3, then 0 every time; without it
-    8,068-8,142 in round 2, and in later rounds 8,160 in most runs but 0 in about one of four (where a small
-    allocation happens to pin the heap's top, as the benchmark's docstring describes: it depends on history)."""
+    """What the setting promises: once the heap has settled, freed memory is reused without new page faults; without
+    it, glibc hands the freed pages back at first, so the next round faults again. A round touches 8,192 pages
+    (32 MiB). Measured in 30 runs each (1 and 2 threads) when ``import bertlib`` still loaded transformers' model
+    classes: with the setting at most 2,049 faults in rounds 2-3, then 0 every time; without it 8,068-8,142 in round
+    2, and in later rounds 8,160 in most runs but 0 in about one of four (a small allocation happens to pin the
+    heap's top: it depends on history). Since ``import bertlib`` loads less (no transformers model classes, no
+    scipy), the heap the rounds start from is another one: over about 20 runs, with the setting rounds 2-4 took 0
+    to 8,192 faults and round 5 on 0 every time; without it round 2 took 8,192 every time. So the check is on the
+    settled rounds, where the benchmark times (it warms up first), and on the first reuse without the setting."""
     pages = 4 * 8 * 2**20 // 4096
     kept, with_setting = _round_faults("keep")
     _, without = _round_faults("plain")
     assert kept == "True"
-    assert with_setting[1] < 0.5 * pages and max(with_setting[4:]) < 0.05 * pages, with_setting
+    assert max(with_setting[4:]) < 0.05 * pages, with_setting
     assert without[1] > 0.5 * pages, without
 
 
@@ -200,8 +204,11 @@ def test_bench_grid_rows_tiny():
 
 
 @pytest.mark.data
-def test_bench_workload_strategies_agree(pretrained, real_sentences):
-    rows = bench.workload_rows(pretrained, DEVICE, n_posts=12, max_length=64, batch_size=4)
+def test_bench_workload_strategies_agree(tiny_pretrained, real_sentences):
+    """Every batching strategy gives each post the same [CLS] vector (the tiny random BERT: any weights do)."""
+    pt = bertlib.Pretrained({k: v.to(DEVICE) for k, v in tiny_pretrained.state_dict.items()}, tiny_pretrained.config,
+                            tiny_pretrained.tokenizer, tiny_pretrained.source)
+    rows = bench.workload_rows(pt, DEVICE, n_posts=12, max_length=64, batch_size=4)
     assert len(rows) == 6
     for r in rows:
         assert r["max_abs_diff_cls_vs_hf_naive"] <= F32["atol"], r

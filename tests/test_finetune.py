@@ -1,8 +1,10 @@
 """``python -m bertlib.finetune`` (chapter 9) and the Hugging Face export (chapter 10).
 
-A TINY setting keeps this file to about a minute of CPU: 120 training posts (100 to train, 20 held out), 40 test
-posts, 64 tokens, 6 optimizer steps. Three runs of the command's own entry point (``bertlib.finetune.main``, with
-the command-line arguments), in this process on one thread:
+A TINY setting keeps this file to well under a minute of CPU: 120 training posts (100 to train, 20 held out), 40
+test posts, 64 tokens, 6 optimizer steps, and the tiny random BERT of tests/conftest.py (``--model``): what is
+tested here (files, resume, export) holds for any weights; that fine-tuning the real model learns is
+``test_training_learns_four_classes`` (marked slow). Three runs of the command's own entry point
+(``bertlib.finetune.main``, with the command-line arguments), in this process on one thread:
 
 * ``A``: uninterrupted;
 * ``B``: the same arguments with ``--stop-after-steps 3`` (a simulated interruption), then the same arguments
@@ -44,23 +46,37 @@ METRIC_KEYS = {"accuracy", "macro_f1", "per_class_f1", "profile", "device", "epo
                "final_train_loss", "best_epoch", "best_val_accuracy", "steps"}
 
 
-def _command(out: Path, *extra: str) -> str:
-    """``python -m bertlib.finetune --out OUT TINY... extra`` through the command's entry point, in this process on
-    one thread (a fixed reduction order, so the runs compare bit for bit); returns what it printed."""
+def _command(out: Path, *args: str) -> str:
+    """``python -m bertlib.finetune --out OUT ARGS`` through the command's entry point, in this process on one
+    thread (a fixed reduction order, so the runs compare bit for bit); returns what it printed."""
     log = io.StringIO()
     with one_thread(), contextlib.redirect_stdout(log):
-        assert ft.main(["--out", str(out), *TINY, *extra]) == 0
+        assert ft.main(["--out", str(out), *args]) == 0
     return log.getvalue()
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path | str]:
-    """Directory A (uninterrupted), directory B (stopped after 3 steps, then resumed), and their logs."""
+def tiny_args(tiny_checkpoint) -> list[str]:
+    """The command-line arguments of the runs: TINY on the tiny BERT."""
+    return [*TINY, "--model", str(tiny_checkpoint)]
+
+
+@pytest.fixture(scope="module")
+def tiny_cfg(tiny_checkpoint) -> dict:
+    """:data:`TINY_CFG` on the tiny BERT: the settings of the runs, for profile_config."""
+    return {**TINY_CFG, "model": str(tiny_checkpoint)}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny_args) -> dict[str, Path | str]:
+    """Directory A (uninterrupted), directory B (stopped after 3 steps, then resumed), and their logs. B exports
+    nothing (the export is A's to test; it changes no metric)."""
     a, b = tmp_path_factory.mktemp("uninterrupted"), tmp_path_factory.mktemp("resumed")
-    log_a, log_stop = _command(a), _command(b, "--stop-after-steps", "3")
+    log_a = _command(a, *tiny_args)
+    log_stop = _command(b, *tiny_args, "--no-export", "--stop-after-steps", "3")
     assert (b / ft.CHECKPOINT).exists() and not (b / ft.METRICS).exists(), "the interrupted run left no checkpoint"
-    log_resume = _command(b)
-    return {"a": a, "b": b, "log_a": log_a, "log_stop": log_stop, "log_resume": log_resume}
+    log_resume = _command(b, *tiny_args, "--no-export")
+    return {"a": a, "b": b, "log_a": log_a, "log_stop": log_stop, "log_resume": log_resume, "args": tiny_args}
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +100,7 @@ def test_command_writes_metrics_weights_and_hf_export(runs):
     assert round(m["accuracy"] * 40, 6).is_integer(), m["accuracy"]
     assert m["macro_f1"] == pytest.approx(np.mean(list(m["per_class_f1"].values())), abs=1e-12)
     assert m["wall_time_s"] > 0 and m["tokens_per_s"] > 0 and m["truncation"] == "head_tail"
-    assert m["command"] == shlex.join(["python", "-m", "bertlib.finetune", "--out", str(out), *TINY])
+    assert m["command"] == shlex.join(["python", "-m", "bertlib.finetune", "--out", str(out), *runs["args"]])
     names = bertlib.data.load_20newsgroups("train").target_names
     assert list(m["per_class_f1"]) == names
     assert len(m["history"]) == 1 and {"train_loss", "val_loss", "val_accuracy"} <= m["history"][0].keys()
@@ -127,14 +143,15 @@ def test_checkpoint_holds_everything_a_resume_needs(runs):
 
 
 @needs_data
-def test_resume_refuses_a_checkpoint_of_other_settings(runs, pretrained, tiny_data):
-    cfg = ft.profile_config("quick", **{**TINY_CFG, "seed": 4})
-    with pytest.raises(ValueError, match="other settings"):
-        ft.train(cfg, runs["b"], data=tiny_data, pretrained=pretrained, verbose=False)
+def test_resume_refuses_a_checkpoint_of_other_settings(runs, tiny_pretrained, tiny_data, tiny_cfg):
+    cfg = ft.profile_config("quick", **{**tiny_cfg, "seed": 4})
+    with pytest.raises(ValueError, match="other settings.*'seed': \\(3, 4\\)"):
+        ft.train(cfg, runs["b"], data=tiny_data, pretrained=tiny_pretrained, verbose=False)
 
 
 @needs_data
-def test_resume_reads_settings_newer_than_the_checkpoint_as_defaults(runs, pretrained, tiny_data, tmp_path):
+def test_resume_reads_settings_newer_than_the_checkpoint_as_defaults(runs, tiny_pretrained, tiny_data, tiny_cfg,
+                                                                    tmp_path):
     """A checkpoint written before a setting existed (here the window settings) resumes when the run keeps the
     setting's default, and is refused when it does not."""
     from bertlib import checkpoint
@@ -144,10 +161,11 @@ def test_resume_reads_settings_newer_than_the_checkpoint_as_defaults(runs, pretr
     for key in ("eval_windows", "window_stride", "window_pool"):
         del ckpt["config"][key]
     checkpoint.save(ckpt, out / ft.CHECKPOINT)
-    ft.train(ft.profile_config("quick", **TINY_CFG), out, data=tiny_data, pretrained=pretrained, verbose=False)
+    ft.train(ft.profile_config("quick", **tiny_cfg), out, data=tiny_data, pretrained=tiny_pretrained, export=False,
+             verbose=False)
     with pytest.raises(ValueError, match="other settings.*window_pool"):
-        ft.train(ft.profile_config("quick", **TINY_CFG, window_pool="max"), out, data=tiny_data,
-                 pretrained=pretrained, verbose=False)
+        ft.train(ft.profile_config("quick", **tiny_cfg, window_pool="max"), out, data=tiny_data,
+                 pretrained=tiny_pretrained, verbose=False)
 
 
 def _our_classifier(pretrained, weights: Path, n_labels: int) -> bertlib.BertClassifier:
@@ -157,8 +175,9 @@ def _our_classifier(pretrained, weights: Path, n_labels: int) -> bertlib.BertCla
 
 
 @needs_data
-def test_pipeline_returns_bertlib_label_and_score(runs, pretrained, tiny_data):
+def test_pipeline_returns_bertlib_label_and_score(runs, tiny_pretrained, tiny_data):
     """transformers.pipeline on the exported directory = softmax of bertlib's logits, label by label."""
+    pretrained = tiny_pretrained
     texts = tiny_data.test.texts[:8]  # real posts, longer than 64 tokens: both sides cut at the head
     ours = _our_classifier(pretrained, runs["a"] / "model.safetensors", len(tiny_data.label_names))
     seqs = ft.encode(pretrained.tokenizer, texts, 64, "head")
@@ -173,7 +192,8 @@ def test_pipeline_returns_bertlib_label_and_score(runs, pretrained, tiny_data):
 
 
 @needs_data
-def test_from_pretrained_logits_equal_ours(runs, pretrained, tiny_data):
+def test_from_pretrained_logits_equal_ours(runs, tiny_pretrained, tiny_data):
+    pretrained = tiny_pretrained
     texts = tiny_data.test.texts[8:12] + bertlib.data.example_sentences(2, seed=1)  # long posts and short sentences
     ours = _our_classifier(pretrained, runs["a"] / "model.safetensors", len(tiny_data.label_names))
     hf = transformers.BertForSequenceClassification.from_pretrained(runs["a"] / "hf", attn_implementation="eager")
@@ -270,6 +290,7 @@ def _four_classes(split: str) -> tuple[list[str], np.ndarray]:
     return [ds.data[i] for i in keep], np.array([ids.index(ds.target[i]) for i in keep])
 
 
+@pytest.mark.slow
 @needs_data
 def test_training_learns_four_classes(pretrained, tmp_path):
     """15 steps (batch 16, 64 tokens) on 79 posts of four newsgroups, scored on 80 held-out test posts. Measured
@@ -357,7 +378,7 @@ def test_checkpoint_with_a_pickled_object_is_refused(tmp_path):
     assert marker.exists()
 
 
-def test_train_refuses_an_old_pickled_checkpoint(tmp_path, pretrained):
+def test_train_refuses_an_old_pickled_checkpoint(tmp_path, tiny_pretrained):
     marker = tmp_path / "code-ran"
     torch.save({"run": _Planted(marker)}, tmp_path / ft.LEGACY_CHECKPOINT)
     texts = [f"post number {i} about topic {i % 20}" for i in range(60)]
@@ -365,7 +386,7 @@ def test_train_refuses_an_old_pickled_checkpoint(tmp_path, pretrained):
     cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1, device="cpu")
     data = ft.split_data(texts, labels, texts[:20], labels[:20], [f"c{i}" for i in range(20)], cfg)
     with pytest.raises(ValueError, match="pickled checkpoint"):
-        ft.train(cfg, tmp_path, data=data, pretrained=pretrained, export=False, verbose=False)
+        ft.train(cfg, tmp_path, data=data, pretrained=tiny_pretrained, export=False, verbose=False)
     assert not marker.exists()
 
 
@@ -489,7 +510,7 @@ def test_bad_settings_are_refused_with_a_clear_error(overrides, message):
         ft.FinetuneConfig(**overrides)
 
 
-def test_max_steps_caps_the_run_and_none_means_the_epochs(pretrained, tmp_path):
+def test_max_steps_caps_the_run_and_none_means_the_epochs(tiny_pretrained, tmp_path):
     """``max_steps=1`` trains one step; ``None`` leaves the number of steps to the epochs."""
     texts = [f"post number {i} about topic {i % 4}" for i in range(48)]
     labels = np.arange(48) % 4
@@ -498,7 +519,7 @@ def test_max_steps_caps_the_run_and_none_means_the_epochs(pretrained, tmp_path):
     for max_steps in (1, None):
         cfg = ft.profile_config("quick", **common, max_steps=max_steps)
         data = ft.split_data(texts, labels, texts[:8], labels[:8], ["a", "b", "c", "d"], cfg)
-        result = ft.train(cfg, tmp_path / str(max_steps), data=data, pretrained=pretrained, export=False,
+        result = ft.train(cfg, tmp_path / str(max_steps), data=data, pretrained=tiny_pretrained, export=False,
                           verbose=False)
         one_epoch = -(-len(data.train) // 8)  # 43 training posts (5 held out) in batches of 8: 6 steps
         assert result.metrics["steps"] == (1 if max_steps else one_epoch) and one_epoch > 1

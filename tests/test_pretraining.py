@@ -253,6 +253,7 @@ def test_init_state_dict():
 
 # ---- (6) training -------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_training_reduces_both_losses_and_exports_to_hf():
     """A tiny model on a synthetic task with structure in both objectives: segment A counts up from a random start
     (ids 5-22, modulo 18); an IsNext segment B keeps counting, a NotNext B is random ids from 23-39. A masked id is

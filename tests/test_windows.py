@@ -1,8 +1,8 @@
 """Whole posts by sliding windows (``bertlib.windows``, chapter 9): the windows are Hugging Face's overflowing
 tokens, cover every token, and a post's pooled prediction depends neither on batching nor on the order of posts.
 
-The model is the embedded checkpoint with a 4-class head (random, seed 0): the checks hold for any weights. Windows
-are kept short (32 tokens) so that a few posts give many windows and the file stays under ~30 s of CPU.
+The model is the tiny random BERT of tests/conftest.py (the embedded model's tokenizer) with a 4-class head (seed
+0): the checks hold for any weights. Windows are kept short (32 tokens) so that a few posts give many windows.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ TEXTS = ["", "A short post.", "Does anyone know where to find the drivers for a 
 
 
 @pytest.fixture(scope="module")
-def model(pretrained) -> bertlib.BertClassifier:
-    return bertlib.BertClassifier(pretrained.state_dict, pretrained.config, 4, seed=0,
-                                  attn_implementation="sdpa").eval()
+def model(tiny_pretrained) -> bertlib.BertClassifier:
+    return bertlib.BertClassifier(tiny_pretrained.state_dict, tiny_pretrained.config, 4, seed=0,
+                                  attn_implementation="sdpa").to(DEVICE).eval()
 
 
 @pytest.fixture(scope="module")
@@ -129,22 +129,29 @@ def test_short_post_is_its_head_truncation(pretrained, model):
         assert torch.equal(pooled, ft.predict_logits(model, ft.encode(tok, short, 32, "head"), pad, device=DEVICE))
 
 
+@pytest.fixture(scope="module")
+def one_at_a_time(pretrained, model, posts) -> torch.Tensor:
+    """The logits of every window of the posts, each window scored alone (batches of one), in the tokenizer's order."""
+    windows, _ = win.encode_windows(pretrained.tokenizer, posts, 32, 8)
+    return torch.cat([ft.predict_logits(model, [w], pretrained.tokenizer.pad_token_id, device=DEVICE)
+                      for w in windows])
+
+
 @pytest.mark.parametrize("how", sorted(win.POOLINGS))
-def test_pooled_prediction_ignores_batching_and_post_order(pretrained, model, posts, how):
+def test_pooled_prediction_ignores_batching_and_post_order(pretrained, model, posts, one_at_a_time, how):
     tok, pad, tol = pretrained.tokenizer, pretrained.tokenizer.pad_token_id, bertlib.tolerance(DEVICE)
     windows, post_index = win.encode_windows(tok, posts, 32, 8)
     assert len(windows) >= 3 * len(posts), "the posts should need several windows each"
     by_all = win.predict_post_logits(model, windows, post_index, len(posts), pad, how, len(windows), DEVICE)
-    for batch_size in (1, 3):
-        by_some = win.predict_post_logits(model, windows, post_index, len(posts), pad, how, batch_size, DEVICE)
-        torch.testing.assert_close(by_some, by_all, **tol)
+    by_some = win.predict_post_logits(model, windows, post_index, len(posts), pad, how, 3, DEVICE)
+    torch.testing.assert_close(by_some, by_all, **tol)
     order = np.random.default_rng(0).permutation(len(posts))
     shuffled, shuffled_index = win.encode_windows(tok, [posts[i] for i in order], 32, 8)
     by_order = win.predict_post_logits(model, shuffled, shuffled_index, len(posts), pad, how, 5, DEVICE)
     torch.testing.assert_close(by_order, by_all[torch.as_tensor(order)], **tol)
     assert torch.equal(by_order.argmax(-1), by_all[torch.as_tensor(order)].argmax(-1))
-    # and pooling the windows scored one at a time, in the tokenizer's order, by hand
-    one_by_one = torch.cat([ft.predict_logits(model, [w], pad, device=DEVICE) for w in windows])
+    # and pooling the windows scored one at a time (batches of one), in the tokenizer's order, by hand
+    one_by_one = one_at_a_time
     for p in range(len(posts)):
         rows = one_by_one[torch.as_tensor(post_index == p)]
         torch.testing.assert_close(by_all[p], rows.mean(0) if how == "mean" else rows.amax(0), **tol)
@@ -179,7 +186,7 @@ def test_window_settings_are_checked_and_on_the_command_line():
     assert cfg == ft.profile_config("quick", eval_windows=True, window_stride=16, window_pool="max")
 
 
-def test_train_with_eval_windows_scores_whole_posts(pretrained, tmp_path):
+def test_train_with_eval_windows_scores_whole_posts(tiny_pretrained, tmp_path):
     """One step on generated posts of 5 to 60 tokens (16-token windows): training is the same with and without
     eval_windows (the same weights); validation and test are scored on the pooled windows."""
     texts = [" ".join(f"post {i} word {j}" for j in range(1 + i % 15)) for i in range(60)]
@@ -190,12 +197,12 @@ def test_train_with_eval_windows_scores_whole_posts(pretrained, tmp_path):
         cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1, batch_size=8,
                                 dropout=0.0, device="cpu", eval_windows=windows, window_stride=4, window_pool="max")
         data = ft.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
-        results[windows] = ft.train(cfg, tmp_path / str(windows), data=data, pretrained=pretrained, export=False,
-                                    verbose=False)
+        results[windows] = ft.train(cfg, tmp_path / str(windows), data=data, pretrained=tiny_pretrained,
+                                    export=False, verbose=False)
     plain, whole = results[False], results[True]
     for (name, a), b in zip(plain.model.state_dict().items(), whole.model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
-    tok = pretrained.tokenizer
+    tok = tiny_pretrained.tokenizer
     windows, post_index = win.encode_windows(tok, texts[:20], 16, 4)
     assert whole.metrics["eval_windows"] and whole.metrics["test_windows"] == len(windows) > 20
     expected = win.predict_post_logits(whole.model, windows, post_index, 20, tok.pad_token_id, "max", device="cpu")
