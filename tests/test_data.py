@@ -17,12 +17,17 @@ needs_archive = pytest.mark.skipif(not ARCHIVE, reason=f"set {data.ARCHIVE_ENV} 
 
 
 @pytest.fixture(scope="module")
-def data_home(tmp_path_factory) -> Path:
-    """A fresh scikit-learn data home filled from the real archive once for this module."""
+def filled(tmp_path_factory) -> tuple[Path, object]:
+    """A fresh scikit-learn data home, filled once for this module by ``load_20newsgroups("test", archive=...)``
+    (building the cache takes seconds: one build serves every test here), and what that call returned."""
     home = tmp_path_factory.mktemp("sklearn_data")
-    if ARCHIVE:
-        data.build_cache(ARCHIVE, home)
-    return home
+    assert not (home / data.CACHE_NAME).exists()
+    return home, data.load_20newsgroups("test", archive=ARCHIVE, data_home=home) if ARCHIVE else None
+
+
+@pytest.fixture(scope="module")
+def data_home(filled) -> Path:
+    return filled[0]
 
 
 @needs_archive
@@ -47,9 +52,9 @@ def test_one_known_document(data_home):
 
 
 @needs_archive
-def test_archive_argument_fills_an_empty_cache(tmp_path):
-    bunch = data.load_20newsgroups("test", archive=ARCHIVE, data_home=tmp_path)
-    assert len(bunch.data) == 7532 and (tmp_path / data.CACHE_NAME).is_file()
+def test_archive_argument_fills_an_empty_cache(filled):
+    home, bunch = filled  # the fixture's call on an empty data home
+    assert len(bunch.data) == 7532 and (home / data.CACHE_NAME).is_file()
 
 
 @needs_archive

@@ -249,6 +249,7 @@ def _needle_posts(n_posts: int, seed: int) -> tuple[torch.Tensor, np.ndarray, np
     return torch.tensor(np.array(vectors), dtype=torch.float32), np.array(post_index), labels
 
 
+@pytest.mark.slow  # twelve fits of 200 steps each
 def test_window_classifier_pools_then_classifies_and_attention_finds_the_telling_window():
     vectors, post_index, labels = _needle_posts(300, 0)
     val = _needle_posts(150, 1)
