@@ -75,6 +75,8 @@ def test_a_run_agrees_with_itself(folder, rm):
         assert float(round(row(m, key)["accuracy"] * m["test_size"])) == pytest.approx(
             row(m, key)["accuracy"] * m["test_size"], abs=1e-6), f"{key}: not a whole number of posts"
     assert sum(b["posts"] for b in m["accuracy_by_length"]) == m["test_size"]
+    first = m["accuracy_by_length"][0]  # posts that fit one window: truncated and whole are the same input
+    assert first["model"] == first["model_truncated"]
     assert m["best_epoch"] == int(np.argmax([h["val_accuracy"] for h in m["history"]])) + 1
 
 
