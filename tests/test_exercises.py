@@ -46,6 +46,8 @@ def defined_names(text: str) -> set[str]:
             names.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             names.add(node.name)
+        elif isinstance(node, ast.arg):  # a parameter of a function or lambda defined in the cell
+            names.add(node.arg)
     return names
 
 
