@@ -35,8 +35,8 @@ class Pretrained:
     ``BertConfig`` and ``tokenizer`` the matching (fast) tokenizer; ``source`` says where they came from.
     ``initialised`` names the parameters the checkpoint did not have and that were initialised at random, as
     ``BertModel.from_pretrained`` does: the pooler's two (``pooler.dense.*``) for the many checkpoints saved without
-    one (sentence-transformers models, ``BertForMaskedLM``). Then ``pooler_trained`` is False and the pooler output
-    means nothing yet (chapter 8, *Pooler and classifier head*).
+    one (sentence-transformers models, ``BertForMaskedLM``). Then ``pooler_in_checkpoint`` is False and the pooler
+    output means nothing yet (chapter 8, *Pooler and classifier head*).
     """
 
     state_dict: dict[str, torch.Tensor]
@@ -46,8 +46,9 @@ class Pretrained:
     initialised: tuple[str, ...] = ()
 
     @property
-    def pooler_trained(self) -> bool:
-        """Whether the pooler's weights came from the checkpoint (False: initialised at random by bertlib)."""
+    def pooler_in_checkpoint(self) -> bool:
+        """Whether the pooler's weights came from the checkpoint (False: initialised at random, as ``BertModel``
+        does). Stored is not trained: all-MiniLM-L6-v2 stores a pooler that was never trained (chapter 8)."""
         return not any(k in self.initialised for k in POOLER_KEYS)
 
     @property

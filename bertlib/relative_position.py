@@ -25,46 +25,12 @@ from collections.abc import Mapping
 import torch
 from transformers import BertConfig
 
-from .checks import RELATIVE_TYPES, check_config, position_embedding_type
-from .multi_head import self_attention
+from .checks import RELATIVE_TYPES, check_config
 from .relative_scores import distance_embedding_key, relative_distance, relative_position_scores
 from .runtime import normal_init, seeded_generator
 
 __all__ = ["RELATIVE_TYPES", "add_distance_embeddings", "distance_embedding_key", "relative_distance",
-           "relative_position_scores", "relative_self_attention"]
-
-
-def _kind(config: BertConfig) -> str:
-    kind = position_embedding_type(config)
-    if kind not in RELATIVE_TYPES:
-        raise ValueError(f"config.position_embedding_type must be one of {RELATIVE_TYPES} for relative attention, "
-                         f"got {kind!r}; set it on the config (BertConfig(position_embedding_type='relative_key')).")
-    return kind
-
-
-def relative_self_attention(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    hidden_states: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    *,
-    layer: int = 0,
-    training: bool = False,
-    head_mask: torch.Tensor | None = None,
-    attn_implementation: str = "eager",
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """HF 4.x ``BertSelfAttention.forward`` with ``config.position_embedding_type`` ``relative_key`` or
-    ``relative_key_query``: ``softmax((Q K^T + rel) / sqrt(d) + mask)``, dropout, ``* head_mask``, ``@ V``.
-
-    A thin alias of :func:`bertlib.self_attention`, which adds the relative terms whenever the config asks for
-    them; this name insists that it does. ``hidden_states``: ``(batch, seq, hidden)``; ``attention_mask``: additive
-    ``(batch, 1, 1, seq)``; ``head_mask``: ``(heads,)`` or ``None``. Returns the context ``(batch, seq, hidden)``
-    and the probabilities ``(batch, heads, seq, seq)``. Reads
-    ``encoder.layer.{layer}.attention.self.distance_embedding.weight``. Defined in chapter 13.
-    """
-    _kind(config)
-    return self_attention(state_dict, config, hidden_states, attention_mask, layer=layer, training=training,
-                          head_mask=head_mask, attn_implementation=attn_implementation)
+           "relative_position_scores"]
 
 
 def add_distance_embeddings(state_dict: Mapping[str, torch.Tensor], config: BertConfig, seed: int = 0,
@@ -84,10 +50,11 @@ def add_distance_embeddings(state_dict: Mapping[str, torch.Tensor], config: Bert
 
 
 def __getattr__(name: str):
-    """``relative_bert_forward`` (an old alias of :func:`bertlib.bert_forward`) from :mod:`bertlib.compat`, which
-    warns; any other missing name is an ``AttributeError`` as usual."""
-    if name == "relative_bert_forward":
+    """``relative_bert_forward`` and ``relative_self_attention`` (old aliases of :func:`bertlib.bert_forward` and
+    :func:`bertlib.self_attention`) from :mod:`bertlib.compat`, which warns; any other missing name is an
+    ``AttributeError`` as usual."""
+    if name in ("relative_bert_forward", "relative_self_attention"):
         from . import compat
 
-        return compat.relative_bert_forward
+        return getattr(compat, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

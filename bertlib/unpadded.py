@@ -7,39 +7,21 @@ and run attention sequence by sequence on its own slice (``cu_seqlens``, as Flas
 call the offsets). No position is padding, so no mask is needed, and the result equals :func:`bertlib.bert_forward`
 on every real token. It is ``bert_forward(..., attn_implementation="unpadded")``: the same layer loop with the
 attention function :func:`bertlib.attention_functions.varlen_attention_forward`, the real tokens found by
-:func:`unpad` (both in :mod:`bertlib.encoder`, the one layer loop; :func:`bert_forward_unpadded` names the call).
+:func:`unpad` (both in :mod:`bertlib.encoder`, the one layer loop).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from .encoder import unpad
 
-import torch
-from transformers import BertConfig
-
-from .encoder import bert_forward, unpad
-
-__all__ = ["bert_forward_unpadded", "unpad"]
+__all__ = ["unpad"]
 
 
-def bert_forward_unpadded(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    token_type_ids: torch.Tensor | None = None,
-    *,
-    output_hidden_states: bool = False,
-    fused: bool = True,
-    **kwargs,
-):
-    """:func:`bertlib.bert_forward` without computing a single padding position: a thin alias of
-    ``bert_forward(..., attn_implementation="unpadded", fused=True)`` (same keywords).
+def __getattr__(name: str):
+    """``bert_forward_unpadded`` (an old alias of ``bert_forward(..., attn_implementation="unpadded")``) from
+    :mod:`bertlib.compat`, which warns; any other missing name is an ``AttributeError`` as usual."""
+    if name == "bert_forward_unpadded":
+        from . import compat
 
-    ``input_ids``, ``attention_mask``, ``token_type_ids``: ``(batch, seq)``, padded on either side. Returns
-    ``last_hidden_state`` ``(batch, seq, hidden)`` with zeros at padding, ``pooler_output`` ``(batch, hidden)``,
-    and, with ``output_hidden_states``, every hidden state in the same padded layout; ``attentions`` are ``None``
-    (the fused kernel never forms them).
-    """
-    return bert_forward(state_dict, config, input_ids, attention_mask, token_type_ids, attn_implementation="unpadded",
-                        fused=fused, output_hidden_states=output_hidden_states, **kwargs)
+        return compat.bert_forward_unpadded
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ from transformers import BertModel
 import bertlib
 from bertlib import convert, pretrained
 from bertlib.checks import POOLER_KEYS
-from conftest import DEVICE
+from helpers import DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = bertlib.tolerance(DEVICE, torch.float32)
@@ -134,7 +134,7 @@ def test_missing_pooler_initialised_as_bert_model_does(checkpoint, capsys, monke
     again = bertlib.load_pretrained(checkpoint, dtype=torch.float64)
     out = capsys.readouterr()
     assert out.err == "" and out.out.count("no pooler in the checkpoint") == 1, out  # once, on stdout
-    assert pt.initialised == POOLER_KEYS and not pt.pooler_trained
+    assert pt.initialised == POOLER_KEYS and not pt.pooler_in_checkpoint
     assert set(pt.state_dict) == set(bertlib.expected_shapes(pt.config))
     w, b = pt.state_dict["pooler.dense.weight"], pt.state_dict["pooler.dense.bias"]
     assert torch.equal(w.double(), again.state_dict["pooler.dense.weight"]) and not b.any()
@@ -144,7 +144,7 @@ def test_missing_pooler_initialised_as_bert_model_does(checkpoint, capsys, monke
 
 
 def test_default_model_pooler_is_trained(pretrained):
-    assert pretrained.initialised == () and pretrained.pooler_trained
+    assert pretrained.initialised == () and pretrained.pooler_in_checkpoint
 
 
 # --- loading: other formats, ~, other errors, max_length ------------------------------------------------------
@@ -241,4 +241,4 @@ def _assert_row_describes(row: str, pt: bertlib.Pretrained) -> None:
     assert cells[2] == shape, (shape, row)
     uncased = pt.tokenizer("A")["input_ids"] == pt.tokenizer("a")["input_ids"]
     assert f"{c.vocab_size:,}" in cells[3] and ("uncased" in cells[3]) == uncased, row
-    assert cells[4].startswith("random" if not pt.pooler_trained else "in the checkpoint"), row
+    assert cells[4].startswith("random" if not pt.pooler_in_checkpoint else "in the checkpoint"), row

@@ -17,15 +17,9 @@ import bertlib
 from bertlib import compat
 from bertlib import head_pruning as HP
 from bertlib import relative_position as R
+from bertlib import unpadded as U
 from helpers import random_inputs, random_model
 from toc import ROOT
-
-#: The aliases chapters still call: they stay where they are (and warn nothing) until the chapters switch to the real
-#: names; then they move to bertlib.compat.
-CHAPTER_ALIASES = {
-    "bertlib.relative_position.relative_self_attention": "bertlib.self_attention",
-    "bertlib.unpadded.bert_forward_unpadded": "bertlib.bert_forward(..., attn_implementation='unpadded', fused=True)",
-}
 
 
 def chapter_names() -> dict[str, set[str]]:
@@ -96,21 +90,6 @@ def test_every_name_a_chapter_uses_exists_and_is_not_deprecated():
     assert not deprecated, f"chapters use deprecated aliases (they warn): {deprecated}"
 
 
-@pytest.mark.parametrize("name", sorted(CHAPTER_ALIASES))
-def test_aliases_chapters_still_use_do_not_warn(name):
-    sd, config, _ = random_model(seed=0, position_embedding_type="relative_key")
-    sd = R.add_distance_embeddings(sd, config)
-    batch = random_inputs(config, batch=2, seq=6, seed=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        if name.endswith("relative_self_attention"):
-            x = torch.randn(2, 6, config.hidden_size)
-            R.relative_self_attention(sd, config, x, layer=1)
-        else:
-            absolute, config_abs, _ = random_model(seed=0)
-            bertlib.unpadded.bert_forward_unpadded(absolute, config_abs, **batch)
-
-
 def test_old_aliases_warn_and_compute_what_bert_forward_computes():
     sd, config, _ = random_model(seed=2, position_embedding_type="relative_key_query")
     sd = R.add_distance_embeddings(sd, config, seed=3, std=0.1)
@@ -126,6 +105,17 @@ def test_old_aliases_warn_and_compute_what_bert_forward_computes():
     with pytest.warns(DeprecationWarning, match="use bertlib.bert_forward"):
         out = HP.pruned_bert_forward(pruned, pruned_config, **batch)
     assert torch.equal(out.last_hidden_state, bertlib.bert_forward(pruned, pruned_config, **batch).last_hidden_state)
+    x = torch.randn(2, 7, config.hidden_size)
+    with pytest.warns(DeprecationWarning, match="use bertlib.self_attention"):
+        ctx, probs = R.relative_self_attention(sd, config, x, layer=1)
+    ref_ctx, ref_probs = bertlib.self_attention(sd, config, x, layer=1)
+    assert torch.equal(ctx, ref_ctx) and torch.equal(probs, ref_probs)
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="position_embedding_type"):
+        compat.relative_self_attention(plain, plain_config, x)
+    with pytest.warns(DeprecationWarning, match="attn_implementation='unpadded'"):
+        out = U.bert_forward_unpadded(plain, plain_config, **batch)
+    ref = bertlib.bert_forward(plain, plain_config, **batch, attn_implementation="unpadded", fused=True)
+    assert torch.equal(out.last_hidden_state, ref.last_hidden_state)
 
 
 def test_aliases_nothing_called_are_gone():

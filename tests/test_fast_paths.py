@@ -21,7 +21,7 @@ from torch.testing import assert_close
 
 import bertlib
 from bertlib import bench
-from bertlib.unpadded import bert_forward_unpadded, unpad
+from bertlib.unpadded import unpad
 from helpers import DEVICE, random_inputs, random_model
 
 F32 = bertlib.tolerance(DEVICE, torch.float32)
@@ -180,9 +180,6 @@ def test_unpadded_left_padding_equals_padded(pretrained):
     m = mask.bool()
     assert_close(out.last_hidden_state[m], ref.last_hidden_state[m], **F32)
     assert (out.last_hidden_state[~m] == 0).all()
-    # chapter 14's name for the same call
-    alias = bert_forward_unpadded(pretrained.state_dict, pretrained.config, ids, mask)
-    assert torch.equal(alias.last_hidden_state, out.last_hidden_state)
 
 
 def test_bench_grid_rows_tiny():

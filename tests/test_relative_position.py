@@ -72,7 +72,7 @@ def test_relative_attention_equals_loop(kind):
     batch = random_inputs(config, batch=2, seq=6, seed=2)
     x = torch.randn(2, 6, config.hidden_size, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     mask = bertlib.extended_attention_mask(batch["attention_mask"], torch.float64)
-    ours, ours_p = R.relative_self_attention(sd, config, x, mask, layer=1)
+    ours, ours_p = bertlib.self_attention(sd, config, x, mask, layer=1)
     ref, ref_p = loop_attention(sd, config, x, batch["attention_mask"], 1, kind)
     real = batch["attention_mask"].bool()
     assert_close(ours[real], ref[real], **F64)
@@ -122,13 +122,13 @@ def test_whole_forward_and_zero_tables():
     ref = bertlib.bert_forward(no_pos, absolute(config), **batch)
     assert_close(ours.last_hidden_state[real], ref.last_hidden_state[real], **F64)
     assert_close(ours.pooler_output, ref.pooler_output, **F64)
-    # layer by layer it is relative_self_attention + the chapter-6 blocks; and head_mask behaves as in bert_forward
+    # layer by layer: self_attention (relative terms) + the chapter-6 blocks; head_mask behaves as in bert_forward
     full = R.add_distance_embeddings(sd, config, seed=6, std=0.3)
     out = bertlib.bert_forward(full, config, **batch)
     mask = bertlib.extended_attention_mask(batch["attention_mask"], torch.float64)
     x = out.hidden_states[0]
     for layer in range(config.num_hidden_layers):
-        ctx, _ = R.relative_self_attention(full, config, x, mask, layer=layer)
+        ctx, _ = bertlib.self_attention(full, config, x, mask, layer=layer)
         x = bertlib.feed_forward(full, config, bertlib.attention_output(full, config, ctx, x, layer=layer), layer=layer)
         assert_close(x[real], out.hidden_states[layer + 1][real], **F64)
     hm = torch.tensor([1.0, 0.0, 1.0, 0.5], dtype=torch.float64)
