@@ -100,7 +100,8 @@ def activation(name: str) -> Callable[[np.ndarray], np.ndarray]:
 
 def softmax_naive(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """``exp(x) / sum(exp(x))`` as written on paper. Overflows to ``inf`` (then ``inf / inf = nan``) once an entry
-    exceeds ``log(finfo.max)`` (709.8 in float64, 88.7 in float32). Shown in chapter 12; never use it.
+    exceeds ``log(finfo.max)`` (709.8 in float64, 88.7 in float32). Chapter 10, section 10.4 shows the failure
+    and chapter 12 the fix (:func:`softmax`); never use it.
     """
     e = np.exp(x)
     return e / e.sum(axis=axis, keepdims=True)

@@ -5,12 +5,14 @@ Shaw, Uszkoreit & Vaswani (2018) let attention see *distances* between tokens in
 Huang et al. (2020), *Improve Transformer Models with Better Relative Position Embeddings*, give the two variants
 that transformers 4.x implemented in ``BertSelfAttention`` with ``config.position_embedding_type``:
 
-- ``relative_key``: ``score(l, r) = (q_l . k_r + q_l . D[l - r]) / sqrt(d)``
-- ``relative_key_query``: ``score(l, r) = (q_l . k_r + q_l . D[l - r] + k_r . D[l - r]) / sqrt(d)``
+- ``relative_key``: ``score(i, j) = (q_i . k_j + q_i . D[i - j]) / sqrt(d)``
+- ``relative_key_query``: ``score(i, j) = (q_i . k_j + q_i . D[i - j] + k_j . D[i - j]) / sqrt(d)``
 
-where ``D`` is a per-layer learned table ``distance_embedding`` of ``2 * max_position_embeddings - 1`` rows of
-width ``head_size`` (row ``l - r + max_position_embeddings - 1``), shared by the heads. With either variant the
-embeddings add no absolute position vector. Transformers 5.x removed both; bertlib keeps them: the formulas
+for query position ``i`` and key position ``j`` (HF's code calls them ``l`` and ``r``), where ``D`` is a
+per-layer learned table ``distance_embedding`` of ``2 * max_position_embeddings - 1`` rows of width ``head_size``
+(row ``i - j + max_position_embeddings - 1``), shared by the heads. Shaw et al. add the distance term on the key
+side only (``relative_key``); Huang et al.'s method 4 adds it on both sides (``relative_key_query``). With either
+variant the embeddings add no absolute position vector. Transformers 5.x removed both; bertlib keeps them: the formulas
 (:mod:`bertlib.relative_scores`, re-exported here) are added by :func:`bertlib.self_attention` whenever
 ``config.position_embedding_type`` asks, so :func:`bertlib.bert_forward` (the one layer loop) runs a relative
 model with any attention function but the padding-free one. This module adds the distance tables to a state dict
