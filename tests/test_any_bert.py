@@ -147,6 +147,16 @@ def test_default_model_pooler_is_trained(pretrained):
     assert pretrained.initialised == () and pretrained.pooler_in_checkpoint
 
 
+def test_name_and_random_weights(checkpoint):
+    """Chapters say which model they describe (``.name``) and assert facts of trained BERTs only when
+    ``.random_weights`` is False (the tiny checkpoint is random: its conversion.json says so)."""
+    pt = bertlib.load_pretrained(checkpoint)
+    assert pt.name == checkpoint.name
+    assert pt.random_weights == (checkpoint.name == convert.TINY)
+    default = bertlib.load_pretrained(bertlib.pretrained.default_model_path())
+    assert default.name == "all-MiniLM-L6-v2" and not default.random_weights
+
+
 # --- loading: other formats, ~, other errors, max_length ------------------------------------------------------
 
 def test_checkpoint_in_another_format_gets_the_same_pooler(tiny_dir, tmp_path):
