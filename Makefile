@@ -47,10 +47,16 @@ $(STAMP): pyproject.toml constraints.txt $(TORCH_SPEC)
 ## make test: unit tests of bertlib against transformers, then nbval over every notebook in _toc.yml.
 ## Each notebook whose cells all pass is stored with its outputs in the book's execution cache
 ## (tests/nbval_book_cache.py), so a `make book` after it renders them instead of executing them again.
+## JOBS=2 (the default) runs the test files and notebooks on two pytest-xdist workers, each file or notebook whole
+## on one worker (--dist loadfile), each worker with its share of the cores as torch threads; JOBS=1 runs them in turn.
 NBVAL_RUN := --nbval-lax --nbval-current-env -p tests.nbval_learner   # every exercise check also runs in learner mode
 NBVAL := $(NBVAL_RUN) -p tests.nbval_book_cache --nbval-book-cache
+JOBS ?= 2
+CORES := $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
+XDIST := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadfile)
+THREADS := $(if $(XDIST),BERTLIB_NUM_THREADS=$${BERTLIB_NUM_THREADS:-$(shell echo $$(( $(CORES) / $(JOBS) > 0 ? $(CORES) / $(JOBS) : 1 )))})
 test: $(STAMP)
-	$(PY) -m pytest tests $$($(PY) tests/toc.py) $(NBVAL) --durations=15
+	$(THREADS) $(PY) -m pytest tests $$($(PY) tests/toc.py) $(NBVAL) $(XDIST) --durations=15
 
 ## make unit: the unit tests without those marked slow (torchrun groups, a notebook kernel): minutes on 2 cores
 unit: $(STAMP)
@@ -71,8 +77,8 @@ models: $(STAMP)
 MODEL ?=
 test-model: $(STAMP)
 	@test -n "$(MODEL)" || { echo "test-model: name a checkpoint, e.g. make test-model MODEL=$(MODELS)/tiny-odd-bert"; exit 2; }
-	BERTLIB_MODEL=$(if $(wildcard $(MODEL)),$(abspath $(MODEL)),$(MODEL)) \
-	  $(PY) -m pytest $$($(PY) tests/toc.py) $(NBVAL_RUN) -p no:cacheprovider --durations=15
+	BERTLIB_MODEL=$(if $(wildcard $(MODEL)),$(abspath $(MODEL)),$(MODEL)) $(THREADS) \
+	  $(PY) -m pytest $$($(PY) tests/toc.py) $(NBVAL_RUN) $(XDIST) -p no:cacheprovider --durations=15
 
 test-models: models
 	status=0; for m in $(BOOK_MODELS); do \

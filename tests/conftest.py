@@ -21,6 +21,8 @@ __all__ = ["DEVICE"]
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if threads := bertlib.runtime.num_threads():  # $BERTLIB_NUM_THREADS: make test gives each xdist worker its share
+    torch.set_num_threads(threads)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
 

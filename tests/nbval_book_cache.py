@@ -38,7 +38,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--nbval-book-cache"):
         book = yaml.safe_load((ROOT / "_config.yml").read_text())
-        config.pluginmanager.register(BookCache(ROOT / book["execute"]["cache"]), "nbval-book-cache")
+        # Under pytest-xdist (make test runs notebooks on two workers) the controller prepares the cache and the
+        # kernels' startup file once, before any worker starts; each worker then stores the notebooks it ran.
+        prepare = not hasattr(config, "workerinput")
+        config.pluginmanager.register(BookCache(ROOT / book["execute"]["cache"], prepare), "nbval-book-cache")
 
 
 def _is_cell(item: pytest.Item) -> bool:
@@ -52,14 +55,14 @@ def _docname(item: pytest.Item) -> str:
 class BookCache:
     """Collects each notebook's cell outputs and outcome; stores the notebook when its last cell has run."""
 
-    def __init__(self, cache: Path) -> None:
+    def __init__(self, cache: Path, prepare: bool = True) -> None:
         from bertbook import cachekey, measure, offline
 
         self.cache = cache
         self.state = measure.state_dir(ROOT / "_build")
-        if cachekey.ensure_fresh(cache, ROOT):
+        if prepare and cachekey.ensure_fresh(cache, ROOT):
             print(f"nbval-book-cache: emptied {cache} (bertlib, settings or versions changed since it was filled)")
-        self.ipython = measure.install_startup(self.state)
+        self.ipython = measure.install_startup(self.state) if prepare else self.state / "ipython"
         # the stored outputs go into the book, which serves its own bertviz assets: keep bertviz's CDN URLs there
         os.environ.setdefault(offline.BERTVIZ_ASSETS_ENV, "cdn")
         self.seconds: dict[str, float] = {}
