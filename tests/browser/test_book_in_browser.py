@@ -5,7 +5,8 @@ request outside its own origin (they are blocked and recorded: the book must ren
 every equation; every image and plot is present; bertviz's head_view and model_view drew their SVG (the number of
 attention lines is checked against the attention tensor embedded in the page) and the layer selector changes the
 picture; wide views fit the content column or scroll inside their own box; every internal link and anchor
-resolves; and a full-page screenshot is kept in _build/screenshots/.
+resolves; each chapter's self-check quiz answers a click on a wrong and on the right option with that option's
+explanation (offline); and a full-page screenshot is kept in _build/screenshots/.
 """
 
 from __future__ import annotations
@@ -205,6 +206,7 @@ def _record(page: Any, site: str, v: Visit) -> None:
     feats = page.evaluate(FEATURES_JS)
     v.measured = feats.pop("measured")
     v.features = feats
+    v.features["quiz"] = _click_quiz(page) if page.locator(".bertlib-quiz").count() else None
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     v.screenshot = SCREENSHOTS / f"{_shot_name(docname)}.png"
     page.screenshot(path=str(v.screenshot), full_page=True)
@@ -212,6 +214,29 @@ def _record(page: Any, site: str, v: Visit) -> None:
         if view["counts"]:
             box = page.locator(f'#{view["id"]}').locator("xpath=ancestor::div[contains(@class, 'cell_output')][1]")
             box.screenshot(path=str(SCREENSHOTS / f"{_shot_name(docname)}__bertviz{i}.png"), timeout=10_000)
+
+
+def _click_quiz(page: Any) -> dict[str, Any]:
+    """The chapter's self-check quiz (bertlib.quiz) as a reader uses it: click a wrong option of the first question,
+    then its right option, and record what the page showed after each click."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    quiz = page.locator(".bertlib-quiz").first
+    try:  # jupyterquiz draws the questions from the page's inline script
+        quiz.locator("label.MCButton").first.wait_for(timeout=10_000)
+    except PlaywrightTimeout:
+        return {"chapter": quiz.get_attribute("data-chapter"), "questions": 0}
+    first = quiz.locator(".Quiz").first
+    feedback = first.locator(".Feedback")
+    seen: dict[str, Any] = {"chapter": quiz.get_attribute("data-chapter"), "questions": quiz.locator(".Quiz").count(),
+                            "question": first.locator("[id^='quizQn']").inner_text()}
+    for kind in ("false", "true"):
+        option = first.locator(f'label.MCButton[data-correct="{kind}"]').first
+        option.scroll_into_view_if_needed()
+        option.click()
+        seen[kind] = {"option": option.inner_text(), "option_class": option.get_attribute("class"),
+                      "feedback": feedback.inner_text(), "feedback_class": feedback.get_attribute("class")}
+    return seen
 
 
 pages = pytest.mark.parametrize("visit", DOCS, indirect=True)
@@ -395,6 +420,38 @@ def test_chapter_states_its_measured_run_time_and_memory(visit: Visit):
     if "no memory figure" in text:
         pytest.xfail(f"{visit.docname}: outputs from an older execution cache, memory not recorded: {text[:200]}")
     assert re.search(r"peak memory of \d+(\.\d+)? (MiB|GiB)", text), f"{visit.docname}: no peak memory in {text!r}"
+
+
+@notebook_pages
+def test_self_check_quiz_gives_feedback_offline(visit: Visit):
+    """The quiz is drawn (every question of quizzes/<chapter>.json), and a click on an option shows whether it is
+    right and the explanation stored with that option; no request leaves the page's origin meanwhile."""
+    number = Path(visit.docname).name.split("_", 1)[0]
+    source = ROOT / "quizzes" / f"{number}.json"
+    quiz = visit.features.get("quiz")
+    if quiz is None:
+        nb = json.loads((ROOT / f"{visit.docname}.ipynb").read_text())
+        called = any(f'quiz("{number}")' in "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        assert not called, f"{visit.docname}: the notebook shows a quiz but the page has none"
+        pytest.skip(f"{visit.docname}: no self-check quiz in this chapter")
+    questions = json.loads(source.read_text())
+    assert quiz["chapter"] == number and quiz["questions"] == len(questions), \
+        f"{visit.docname}: quiz {quiz['chapter']} drew {quiz['questions']} questions, {source.name} {len(questions)}"
+
+    def plain(text: str) -> str:  # the page shows `code` as <code>code</code>
+        return " ".join(text.replace("`", "").split())
+
+    answers = {plain(a["answer"]): a for a in questions[0]["answers"]}
+    assert plain(quiz["question"]) == plain(questions[0]["question"]), quiz["question"]
+    for kind, correct in (("false", False), ("true", True)):
+        click = quiz[kind]
+        answer = answers[plain(click["option"])]
+        assert answer["correct"] is correct
+        assert plain(click["feedback"]) == plain(answer["feedback"]), \
+            f"{visit.docname}: clicking {click['option']!r} showed {click['feedback']!r}"
+        state = "correct" if correct else "incorrect"
+        assert state in click["feedback_class"].split() and f"{state}Button" in click["option_class"].split(), click
+    assert not visit.external, f"{visit.docname}: requests outside the book: {visit.external}"
 
 
 def test_search_finds_a_chapter(site: str, browser: Any):
