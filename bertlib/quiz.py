@@ -100,8 +100,12 @@ def for_display(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def quiz_html(chapter: str, *, shuffle_answers: bool = True) -> str:
     """One self-contained HTML fragment (a div, its styles, one inline script) that draws the chapter's quiz."""
-    from jupyterquiz.dynamic.loader import load_questions_script
-    from jupyterquiz.dynamic.renderer import build_script, build_styles, render_div
+    try:
+        from jupyterquiz.dynamic.loader import load_questions_script
+        from jupyterquiz.dynamic.renderer import build_script, build_styles, render_div
+    except ImportError as err:
+        raise ImportError("the self-check quizzes need jupyterquiz (the book extra): "
+                          "pip install 'jupyterquiz>=2.9.6,<2.10'") from err
 
     questions = for_display(load(chapter))
     div_id = "quiz" + secrets.token_hex(6)
