@@ -24,9 +24,11 @@ STAMP = "bertlib-fingerprint.json"
 
 
 def fingerprint(root: Path) -> dict[str, object]:
-    """What the cached outputs depend on besides the cells' code: bertlib's source, settings, versions."""
+    """What the cached outputs depend on besides the cells' code: bertlib's source, the quizzes the chapters show,
+    settings, versions."""
     digest = hashlib.sha256()
-    for path in sorted((root / "bertlib").rglob("*.py")) + [root / "pyproject.toml"]:
+    quizzes = sorted((root / "quizzes").glob("*.json"))
+    for path in sorted((root / "bertlib").rglob("*.py")) + quizzes + [root / "pyproject.toml"]:
         digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     versions = {}
     for name in PACKAGES:
