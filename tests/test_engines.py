@@ -1,0 +1,114 @@
+"""bertlib.engines on a tiny random BERT (issue 29): every engine computes bertlib's logits.
+
+Each engine is compared with :func:`bertlib.engines.make_bertlib` (sdpa) on a padded batch: float32 engines within
+1e-4 (different kernels sum in different orders), int8 weights within 5 % of the logits' spread (8-bit weights and
+activations). An engine whose package is absent is skipped with the reason. The ONNX export (ONNX Runtime, OpenVINO)
+and ``torch.compile`` are marked slow: the export takes 10-30 s and the first compiled call a minute or more on 2
+shared cores.
+"""
+
+import pytest
+import torch
+
+from bertlib import engines as E
+from bertlib.classifier import BertClassifier
+
+FP32 = dict(atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def tiny_classifier(tiny_pretrained):
+    torch.manual_seed(0)
+    model = BertClassifier(tiny_pretrained.state_dict, tiny_pretrained.config, 5, attn_implementation="sdpa",
+                           fused=True).eval()
+    with torch.no_grad():  # a head that separates the classes (the seeded init is tiny)
+        model.classifier.weight.normal_(0, 1.0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def batch(tiny_classifier):
+    g = torch.Generator().manual_seed(0)
+    vocab = tiny_classifier.config.vocab_size
+    ids = torch.randint(1000, vocab, (3, 24), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 15:] = 0
+    mask[2, 7:] = 0
+    ids[mask == 0] = 0  # the pad id
+    return ids, mask
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_classifier, batch):
+    with torch.inference_mode():
+        out = E.make_bertlib(tiny_classifier)(*batch)
+        assert torch.equal(out, tiny_classifier(*batch)), "make_bertlib is BertClassifier's forward pass"
+        return out
+
+
+@pytest.fixture(scope="module")
+def onnx_file(tiny_classifier, tmp_path_factory):
+    path = tmp_path_factory.mktemp("onnx") / "tiny.onnx"
+    try:
+        E.export_onnx(tiny_classifier, path)
+    except E.EngineUnavailable as e:
+        pytest.skip(str(e))
+    return path
+
+
+def _run(engine, batch):
+    with torch.inference_mode():
+        return engine(*batch)
+
+
+def test_padding_free(tiny_classifier, batch, reference):
+    torch.testing.assert_close(_run(E.make_bertlib(tiny_classifier, "unpadded"), batch), reference, **FP32)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "unpadded"])
+def test_int8_weights(tiny_classifier, batch, reference, attn):
+    out = _run(E.make_int8(tiny_classifier, attn), batch)
+    spread = (reference.max() - reference.min()).item()
+    assert (out - reference).abs().max().item() < 0.05 * spread
+    assert not torch.equal(out, reference)  # the weights really were int8
+
+
+def test_int8_weight_is_int8(tiny_classifier):
+    sd = E.quantize_weights({k: v.detach() for k, v in tiny_classifier.bert.named_parameters()})
+    q = [v for v in sd.values() if isinstance(v, E.Int8Linear)]
+    assert len(q) == 6 * tiny_classifier.config.num_hidden_layers + 1  # Q, K, V, output, FFN in/out; the pooler
+    with pytest.raises(TypeError):
+        torch.matmul(torch.ones(2, 2), q[0])  # only F.linear is supported
+
+
+@pytest.mark.slow  # the ONNX export takes 10-30 s on 2 shared cores
+def test_onnx_runtime(tiny_classifier, batch, reference, onnx_file):
+    pytest.importorskip("onnxruntime")
+    for optimize in (False, True):
+        torch.testing.assert_close(_run(E.make_ort(tiny_classifier, onnx_file, optimize), batch), reference, **FP32)
+
+
+@pytest.mark.slow  # the ONNX export, then OpenVINO's compilation
+def test_openvino(tiny_classifier, batch, reference, onnx_file):
+    pytest.importorskip("openvino", reason="openvino is not installed (pip install -e '.[bench]')")
+    torch.testing.assert_close(_run(E.make_openvino(tiny_classifier, onnx_file), batch), reference, **FP32)
+
+
+def test_ctranslate2(tiny_classifier, tiny_pretrained, batch, reference, tmp_path):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install -e '.[bench]')")
+    out = _run(E.make_ctranslate2(tiny_classifier, tiny_pretrained.tokenizer, tmp_path), batch)
+    torch.testing.assert_close(out, reference, **FP32)
+
+
+def test_missing_package_is_a_clear_skip():
+    with pytest.raises(E.EngineUnavailable, match=r"pip install -e '\.\[bench\]'"):
+        E.require("no_such_engine_package")
+
+
+@pytest.mark.slow
+def test_torch_compile(tiny_classifier, batch, reference):
+    engine = E.make_compiled(tiny_classifier, "sdpa", batch)
+    torch.testing.assert_close(_run(engine, batch), reference, **FP32)
+    ids, mask = batch
+    torch.testing.assert_close(_run(engine, (ids[:2, :20], mask[:2, :20])),
+                               _run(E.make_bertlib(tiny_classifier), (ids[:2, :20], mask[:2, :20])), **FP32)
