@@ -15,6 +15,16 @@ is taken within a round and then the median over rounds. Sections:
 - **workload**: 20 Newsgroups test posts: naive padded batches (dataset order) vs length-sorted batches vs
   bertlib's padding-free path (:mod:`bertlib.unpadded`), in posts/s, with the [CLS] vectors checked equal. The
   methods take turns batch by batch, so a slowdown of the machine hits all of them alike.
+- **engines** (issue 29): chapter 9's fine-tuned classifier (:func:`workload_classifier`, kept under
+  ``_build/bench``) on 20 Newsgroups test posts through HF (eager, sdpa, ``torch.ao`` int8), bertlib (sdpa,
+  padding-free, int8 weights, ``torch.compile``) and the engines of :mod:`bertlib.engines` (ONNX Runtime with and
+  without its transformer optimizer, OpenVINO, CTranslate2): posts/s with its min and max over rounds, paired
+  speed-ups over HF's naive batches, the latency of one 128-token post, and test accuracy with its gap to fp32
+  bertlib (a row counts within 0.3 points). ``--quick`` keeps two engines (int8 and ONNX Runtime) on 64 posts.
+  An engine whose package is absent is skipped with a message (``pip install -e '.[bench]'``). int8 uses
+  ``torch.ops.quantized.linear_dynamic`` (the kernel of ``torch.ao.quantization.quantize_dynamic``): measured here
+  faster than ``torch._int_mm`` with hand-written (de)quantization (89 vs 153 ms, fp32 368 ms, for a
+  4096x384 by 384x1536 product on one loaded core).
 - **finetune**: training steps/s of ``bertlib.BertClassifier`` vs ``transformers.BertForSequenceClassification``
   with the same loop (AdamW, bf16 autocast on CUDA).
 
@@ -318,12 +328,15 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
     (default: every name in :data:`ENGINE_METHODS`); an absent package skips its row with a message.
     ``core=False`` leaves out ``hf-sdpa, length-sorted`` and ``bertlib-sdpa, length-sorted`` (the quick profile:
     :func:`workload_rows` times them already).
-    Returns ``{"rows": [...], "skipped": {name: why}, "setup": {...}}``."""
+    The engines are CPU engines and the issue's workload is a 2-core CPU one: on a GPU machine this runs on its
+    CPU (``device`` is then ignored). Returns ``{"rows": [...], "skipped": {name: why}, "setup": {...}}``."""
     from . import engines as E
     from .data import load_20newsgroups
     from .export import to_hf_classifier
     from .newsgroups import encode
 
+    device = torch.device("cpu")
+    model = model.cpu()
     test = load_20newsgroups("test")
     assert list(test.target_names) == list(label_names), "the classifier's classes are the dataset's, in order"
     texts, labels = test.data[:n_posts], torch.as_tensor(test.target[:n_posts])
