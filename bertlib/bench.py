@@ -371,9 +371,12 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
             model, _exported(model, onnx_path), optimize=False)),
         "ONNX Runtime + transformer optimizer, length-sorted": lambda: (by_length, E.make_ort(
             model, _exported(model, onnx_path), optimize=True)),
+        "ONNX Runtime + optimizer, int8 weights, length-sorted": lambda: (by_length, E.make_ort(
+            model, _exported(model, onnx_path), optimize=True, int8=True)),
         "OpenVINO (bertlib's graph), length-sorted": lambda: (by_length, E.make_openvino(
             model, _exported(model, onnx_path))),
         "CTranslate2, length-sorted": lambda: (by_length, E.make_ctranslate2(model, tokenizer, workdir)),
+        "CTranslate2 int8, length-sorted": lambda: (by_length, E.make_ctranslate2(model, tokenizer, workdir, "int8")),
     }
     for name in (ENGINE_METHODS if engines is None else engines):
         try:
@@ -447,7 +450,9 @@ ENGINE_METHODS = ["hf-eager, naive batches", "hf-sdpa int8 (torch.ao quantize_dy
                   "bertlib padding-free int8, length-sorted", "bertlib-sdpa + torch.compile, length-sorted",
                   "ONNX Runtime (bertlib's graph), length-sorted",
                   "ONNX Runtime + transformer optimizer, length-sorted",
-                  "OpenVINO (bertlib's graph), length-sorted", "CTranslate2, length-sorted"]
+                  "ONNX Runtime + optimizer, int8 weights, length-sorted",
+                  "OpenVINO (bertlib's graph), length-sorted", "CTranslate2, length-sorted",
+                  "CTranslate2 int8, length-sorted"]
 #: The columns :func:`markdown` shows of the engine rows.
 ENGINE_COLUMNS = ["method", "posts_per_s", "posts_per_s_min", "posts_per_s_max", "speedup_vs_hf_naive", "speedup_min",
                   "speedup_max", "latency_ms_128", "accuracy", "delta_points", "counts", "prepare_s"]

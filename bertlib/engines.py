@@ -238,8 +238,10 @@ def _ort_optimize(path: Path, config) -> tuple[Path, dict]:
     return out, {k: v for k, v in opt.get_fused_operator_statistics().items() if v}
 
 
-def make_ort(model, onnx_path: str | Path, optimize: bool) -> Engine:
-    """ONNX Runtime (CPU) on the exported graph; ``optimize=True`` first runs its transformer optimizer."""
+def make_ort(model, onnx_path: str | Path, optimize: bool, int8: bool = False) -> Engine:
+    """ONNX Runtime (CPU) on the exported graph; ``optimize=True`` first runs its transformer optimizer;
+    ``int8=True`` then quantizes its MatMul weights (``onnxruntime.quantization.quantize_dynamic``, int8 weights,
+    activations quantized per call: ORT's counterpart of :func:`make_int8`)."""
     ort = require("onnxruntime")
     onnx_path = Path(onnx_path)
     t0 = time.perf_counter()
@@ -247,6 +249,12 @@ def make_ort(model, onnx_path: str | Path, optimize: bool) -> Engine:
     if optimize:
         onnx_path, fused = _ort_optimize(onnx_path, model.config)
         note = "transformer optimizer fused: " + ", ".join(f"{k} x{v}" for k, v in fused.items())
+    if int8:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        out = onnx_path.with_name(onnx_path.stem + "-int8.onnx")
+        quantize_dynamic(str(onnx_path), str(out), weight_type=QuantType.QInt8, per_channel=True)
+        onnx_path, note = out, note + "; int8 MatMul weights (quantize_dynamic, per channel)"
     so = ort.SessionOptions()
     so.intra_op_num_threads = torch.get_num_threads()
     so.inter_op_num_threads = 1
@@ -255,7 +263,7 @@ def make_ort(model, onnx_path: str | Path, optimize: bool) -> Engine:
     def fn(ids, m):
         out = session.run(["logits"], {"input_ids": ids.numpy(), "attention_mask": m.numpy()})[0]
         return torch.from_numpy(out)
-    return Engine("ONNX Runtime" + (" + transformer optimizer" if optimize else ""), fn,
+    return Engine("ONNX Runtime" + (" + transformer optimizer" if optimize else "") + (" int8" if int8 else ""), fn,
                   time.perf_counter() - t0, note)
 
 
@@ -300,7 +308,7 @@ def make_ctranslate2(model, tokenizer, workdir: str | Path, quantization: str | 
 
     def fn(ids, m):
         lengths = m.sum(1).tolist()
-        batch = [row[:n] for row, n in zip(ids.tolist(), lengths)]
+        batch = [row[:n] for row, n in zip(ids.tolist(), lengths, strict=True)]
         out = encoder.forward_batch(batch)
         if out.pooler_output is None:
             raise EngineUnavailable("CTranslate2 returned no pooler output for this model")
@@ -311,4 +319,4 @@ def make_ctranslate2(model, tokenizer, workdir: str | Path, quantization: str | 
 
 #: Engine rows of the workload, in order: name -> (builder, which profile runs it)
 ENGINES = ["bertlib padding-free + torch.compile", "bertlib padding-free int8", "ONNX Runtime",
-           "ONNX Runtime + transformer optimizer", "OpenVINO", "CTranslate2"]
+           "ONNX Runtime + transformer optimizer", "ONNX Runtime int8", "OpenVINO", "CTranslate2", "CTranslate2 int8"]

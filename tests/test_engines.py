@@ -88,6 +88,14 @@ def test_onnx_runtime(tiny_classifier, batch, reference, onnx_file):
         torch.testing.assert_close(_run(E.make_ort(tiny_classifier, onnx_file, optimize), batch), reference, **FP32)
 
 
+@pytest.mark.slow  # the ONNX export, then ORT's quantization
+def test_onnx_runtime_int8(tiny_classifier, batch, reference, onnx_file):
+    pytest.importorskip("onnxruntime")
+    out = _run(E.make_ort(tiny_classifier, onnx_file, True, int8=True), batch)
+    assert (out - reference).abs().max().item() < 0.05 * (reference.max() - reference.min()).item()
+    assert not torch.equal(out, reference)
+
+
 @pytest.mark.slow  # the ONNX export, then OpenVINO's compilation
 def test_openvino(tiny_classifier, batch, reference, onnx_file):
     pytest.importorskip("openvino", reason="openvino is not installed (pip install -e '.[bench]')")
@@ -98,6 +106,12 @@ def test_ctranslate2(tiny_classifier, tiny_pretrained, batch, reference, tmp_pat
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install -e '.[bench]')")
     out = _run(E.make_ctranslate2(tiny_classifier, tiny_pretrained.tokenizer, tmp_path), batch)
     torch.testing.assert_close(out, reference, **FP32)
+
+
+def test_ctranslate2_int8(tiny_classifier, tiny_pretrained, batch, reference, tmp_path):
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install -e '.[bench]')")
+    out = _run(E.make_ctranslate2(tiny_classifier, tiny_pretrained.tokenizer, tmp_path, "int8"), batch)
+    assert (out - reference).abs().max().item() < 0.05 * (reference.max() - reference.min()).item()
 
 
 def test_missing_package_is_a_clear_skip():
