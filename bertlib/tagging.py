@@ -7,7 +7,8 @@ The labels come from rules, stated here and in the chapter, applied to 20 Newsgr
 | ``MSGID`` | a message id: what stands between ``<`` and ``>`` right after ``article`` (``In article <...> ...
 writes:``), which looks like an e-mail address |
 | ``EMAIL`` | ``name@host.domain``: letters, digits and ``._%+-`` before ``@``, dotted host parts after it |
-| ``GROUP`` | a newsgroup name: a top-level hierarchy (``alt``, ``comp``, ``misc``, ``news``, ``rec``, ``sci``, ``soc``, ``talk``) and one or more lower-case ``.part`` s |
+| ``GROUP`` | a newsgroup name: a top-level hierarchy (``alt``, ``comp``, ``misc``, ``news``, ``rec``, ``sci``,
+``soc``, ``talk``), then one or more lower-case ``.part`` s |
 | ``QTY`` | a number followed by a unit (``MB``, ``MHz``, ``mph``, ``lbs``, ``cc``, ...), see :data:`UNITS` |
 
 A word is the tokenizer's word (its pre-tokenizer splits at spaces and punctuation, so ``jdoe@cs.edu`` is five

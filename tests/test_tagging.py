@@ -31,7 +31,7 @@ def test_words_tags_and_alignment(tokenizer):
     words = tg.word_spans(enc.word_ids(), enc["offset_mapping"])
     assert len(words) == max(w for w in enc.word_ids() if w is not None) + 1
     tags = tg.bio_word_labels(words, tg.find_entities(TEXT))
-    email = [(TEXT[s:e], t) for (s, e), t in zip(words, tags) if t.endswith("EMAIL")]
+    email = [(TEXT[s:e], t) for (s, e), t in zip(words, tags, strict=True) if t.endswith("EMAIL")]
     assert [w for w, _ in email] == ["jdoe", "@", "cs", ".", "example", ".", "edu"]
     assert [t for _, t in email] == ["B-EMAIL"] + ["I-EMAIL"] * 6
     ids = [tg.LABELS.index(t) for t in tags]
