@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Machine", "Op", "KIND_OF_ATEN", "layer_ops", "measure_machine", "predict", "profile_layer_ops"]
+__all__ = ["KIND_OF_ATEN", "Machine", "Op", "int8_gain", "layer_ops", "measure_machine", "predict", "profile_layer_ops"]
 
 
 @dataclass
@@ -143,3 +143,16 @@ def profile_layer_ops(fn, rounds: int = 3) -> dict[str, float]:
         for k, v in kinds.items():
             best[k] = min(best.get(k, float("inf")), v)
     return best
+
+
+def int8_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
+    """How many times faster an ``(m, k) @ (k, n)`` product runs with int8 weights (PyTorch's dynamic-quantization
+    kernel, activations quantized per call) than in float32, at that shape: best time of ``rounds`` each."""
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
+    scale = w.abs().amax(dim=1).double() / 127
+    q = torch.quantize_per_channel(w, scale, torch.zeros(n, dtype=torch.long), 0, torch.qint8)
+    packed = torch.ops.quantized.linear_prepack(q, None)
+    fp32 = _best_seconds(lambda: torch.nn.functional.linear(x, w), rounds)
+    int8 = _best_seconds(lambda: torch.ops.quantized.linear_dynamic(x, packed, reduce_range=False), rounds)
+    return fp32 / int8
