@@ -19,6 +19,7 @@ import string
 from collections.abc import Sequence
 
 import torch
+from transformers import PreTrainedTokenizerBase
 
 #: The two questions, keyed by what they ask for.
 QUESTIONS = {"name": "Who wrote this?", "email": "What is the author's e-mail address?"}
@@ -105,8 +106,8 @@ def rule_answer(kind: str, context: str) -> str:
     return names[-1] if names else ""
 
 
-def prepare_windows(tokenizer, questions: Sequence[str], contexts: Sequence[str], max_length: int,
-                    stride: int) -> dict:
+def prepare_windows(tokenizer: PreTrainedTokenizerBase, questions: Sequence[str], contexts: Sequence[str],
+                    max_length: int, stride: int) -> dict:
     """``[CLS] question [SEP] context-window [SEP]`` for every window of every context: the tokenizer's
     ``truncation="only_second"`` with ``return_overflowing_tokens``, consecutive windows sharing ``stride``
     tokens. Returns the encoding (``input_ids`` etc. ``(windows, max_length)``, padded), its

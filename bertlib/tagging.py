@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import collections
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .heads import IGNORE_INDEX
 
@@ -109,7 +109,8 @@ def entity_chunks(tags: Sequence[str], words: Sequence[tuple[int, int]]) -> list
     return [tuple(c) for c in chunks]
 
 
-def per_word_baseline(train_words: Sequence[Sequence[str]], train_tags: Sequence[Sequence[str]]):
+def per_word_baseline(train_words: Sequence[Sequence[str]],
+                      train_tags: Sequence[Sequence[str]]) -> Callable[[Sequence[str]], list[str]]:
     """The per-word baseline: a function from a list of words to their tags, each word's most frequent tag in
     training (lower-cased), ``O`` for a word never seen. Defined in chapter 15b."""
     counts: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
