@@ -105,7 +105,8 @@ class ToyStack(nn.Module):
 
 def teacher_task(n: int, n_in: int, classes: int, *, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A small classification task: ``n`` Gaussian inputs ``(n, n_in)`` labelled ``(n,)`` by a fixed random
-    teacher, ``argmax(tanh(x T_1) T_2)`` over ``classes``, with the teacher drawn from ``seed``. Defined in chapter 3."""
+    teacher, ``argmax(tanh(x T_1) T_2)`` over ``classes``, with the teacher drawn from ``seed``.
+    Defined in chapter 3."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(n, n_in, generator=gen)
     t1, t2 = torch.randn(n_in, 4 * n_in, generator=gen), torch.randn(4 * n_in, classes, generator=gen)
