@@ -30,19 +30,20 @@ ROOT = Path(__file__).resolve().parent.parent
 CHAPTERS = {
     "01_tokenization": "example sentences drawn by the seed",
     "02_embeddings": "random permutations of the tokens",
-    "03_layer_norm": "dropout masks",
+    "03_layer_norm": "dropout masks; small stacks trained with and without LayerNorm",
     "04_attention_head": "random inputs; which head looks at the previous token",
-    "05_multi_head_attention": "timing: per-head loop vs batched vs SDPA",
+    "05_multi_head_attention": "timing: per-head loop vs batched vs SDPA; one head vs several trained on a toy task",
     "06_encoder_layer": "update ratios and cosines over sentences drawn by the seed",
     "07_encoder": "token-pair cosines by depth over sentences drawn by the seed",
     "08_pooler": "dropout; a randomly initialised classifier",
     "09_20newsgroups": "fine-tuning against TF-IDF and frozen features",
     "10_pipeline": "a short fine-tuning run",
-    "11_pretraining": "pre-training a small BERT from scratch (MLM, NSP)",
+    "11_pretraining": "pre-training a small BERT (MLM, NSP); fine-tuning from pre-trained vs random weights",
     "12_numpy_bert": "example sentences drawn by the seed",
     "13_hf_attention": "head importance and pruning; random relative-position tables",
     "14_making_it_fast": "timing: fused kernels, SDPA, padding-free batches",
     "15_bert_family": "fill-mask pre-training and a capitalisation head trained against their baselines",
+    "15b_span_and_tag_tasks": "span and tagging heads trained on frozen features against rule and per-word baselines",
 }
 
 
