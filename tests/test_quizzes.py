@@ -18,7 +18,7 @@ from toc import ROOT, notebooks
 CHAPTERS = [p for p in notebooks() if p.parent.name == "chapters"]
 QUIZZES = sorted((ROOT / "quizzes").glob("*.json"))
 #: Chapters whose quiz is written after the chapter itself (listed here with the reason, never silently).
-PENDING: dict[str, str] = {"15b": "the chapter was being written in the same session as the quizzes"}
+PENDING: dict[str, str] = {}
 QUIZ_CALL = re.compile(r"""quiz\(\s*["'](\d+[a-z]?)["']\s*\)""")
 
 
