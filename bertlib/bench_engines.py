@@ -1,0 +1,282 @@
+"""The engines section of ``python -m bertlib.bench`` (issue 29; appendix 14, *Making it fast*): chapter 9's
+fine-tuned classifier (or a linear probe) on 20 Newsgroups test posts through Hugging Face, bertlib and the engines
+of :mod:`bertlib.engines`, interleaved batch by batch over rounds. :mod:`bertlib.bench` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import trange
+
+from .data import collate, length_sorted_batches
+from .encoder import bert_forward
+from .pretrained import Pretrained
+from .runtime import progress_enabled, seeded
+from .timing import keep_freed_memory, sync, time_rounds
+
+
+def padded_batches(enc: list[list[int]], batches: list, pad_id: int, device: torch.device):
+    """``(indices, input_ids, attention_mask)`` of each batch of indices, padded to its own longest post
+    (:func:`bertlib.data.collate`)."""
+    for idx in batches:
+        batch = collate([enc[j] for j in idx], pad_id, device)
+        yield idx, batch["input_ids"], batch["attention_mask"]
+
+
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "_build" / "bench"
+
+
+def workload_classifier(pt: Pretrained, device: torch.device, max_steps: int | None = None,
+                        out_dir: str | Path | None = None, seed: int = 0):
+    """Chapter 9's quick-profile classifier (``bertlib.finetune``, 300 stratified training posts, 128 tokens), fine-
+    tuned once and kept under ``out_dir`` (default :data:`BENCH_DIR`); ``max_steps`` stops it early (chapter 14's
+    quick profile). Returns ``(model, label_names, info)``, the model in eval mode on ``device``."""
+    import hashlib
+
+    from . import finetune as ft
+    from .checkpoint import load_weights
+
+    key = hashlib.sha1(f"{pt.source}|{sorted(pt.state_dict)[:3]}|{pt.config.to_json_string()}".encode())
+    tag = f"classifier-{key.hexdigest()[:10]}-seed{seed}-" + (f"{max_steps}steps" if max_steps else "quick")
+    out = Path(out_dir or BENCH_DIR) / tag
+    cfg = ft.profile_config("quick", max_steps=max_steps, seed=seed, data_seed=seed, test_size=20,
+                            device=str(device))
+    data = ft.load_data(cfg)
+    t0 = time.perf_counter()
+    trained_here = not (out / ft.METRICS).exists()
+    if trained_here:
+        with seeded(seed):
+            ft.train(cfg, out, data=data, pretrained=pt, export=False, verbose=False)
+    model = ft.build_model(cfg, pt, len(data.label_names), device)
+    load_weights(model, out / ft.BEST)
+    info = {"kind": "fine-tuned (bertlib.finetune, quick profile)", "dir": str(out), "max_steps": max_steps,
+            "train_posts": len(data.train),
+            "seconds": round(time.perf_counter() - t0, 1), "trained_here": trained_here}
+    return model.eval(), list(data.label_names), info
+
+
+def probe_classifier(pt: Pretrained, device: torch.device, n_train: int = 240, max_length: int = 128,
+                     seed: int = 0):
+    """A cheap stand-in for :func:`workload_classifier` (chapter 14's quick profile): the pretrained encoder
+    unchanged and a classifier layer fit by logistic regression on the pooler outputs of ``n_train`` stratified
+    training posts (a linear probe, chapter 9). The engines run the whole model either way; only its accuracy is
+    lower. Returns ``(model, label_names, info)`` like :func:`workload_classifier`."""
+    from sklearn.linear_model import LogisticRegression
+
+    from . import finetune as ft
+    from .classifier import BertClassifier
+
+    t0 = time.perf_counter()
+    cfg = ft.profile_config("quick", train_size=n_train, seed=seed, data_seed=seed, test_size=20)
+    data = ft.load_data(cfg)
+    texts = list(data.train.texts) + list(data.val.texts)
+    labels = np.concatenate([data.train.labels, data.val.labels])
+    seqs = ft.encode(pt.tokenizer, texts, max_length, "head_tail")
+    model = BertClassifier(pt.state_dict, pt.config, len(data.label_names), attn_implementation="sdpa",
+                           fused=True).to(device).eval()
+    feats = []
+    with torch.inference_mode():
+        for i in range(0, len(seqs), 32):
+            batch = ft.collate(seqs[i:i + 32], pt.tokenizer.pad_token_id, device)
+            feats.append(bert_forward(pt.state_dict, pt.config, **batch, attn_implementation="sdpa", fused=True,
+                                      output_hidden_states=False, output_attentions=False,
+                                      check=False).pooler_output.float().cpu())
+    fit = LogisticRegression(C=1.0, max_iter=2000).fit(torch.cat(feats).numpy(), labels)
+    with torch.no_grad():
+        model.classifier.weight.copy_(torch.as_tensor(fit.coef_, dtype=torch.float32))
+        model.classifier.bias.copy_(torch.as_tensor(fit.intercept_, dtype=torch.float32))
+    info = {"kind": "linear probe (encoder not fine-tuned)", "train_posts": len(seqs),
+            "seconds": round(time.perf_counter() - t0, 1)}
+    return model, list(data.label_names), info
+
+
+def _accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    return float((logits.argmax(-1) == labels).float().mean())
+
+
+def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, n_posts: int | None,
+                max_length: int, batch_size: int, rounds: int, engines: list[str] | None = None,
+                workdir: str | Path | None = None, latency_repeats: int = 7, core: bool = True) -> dict:
+    """The 20 Newsgroups test posts classified by ``model`` through each engine (:mod:`bertlib.engines`).
+
+    Every method runs every batch in turn (interleaved, batch by batch) for ``rounds`` rounds; posts/s is the
+    median over rounds with its min and max; each speed-up over ``hf-sdpa, naive batches`` is taken within a round
+    (median, min, max over rounds). ``latency_ms`` is one real post cut to 128 tokens, timed in interleaved rounds.
+    ``accuracy`` is on the same posts; ``delta_points`` is the gap to fp32 bertlib (``bertlib padding-free``) in
+    percentage points, and a row ``counts`` when it is within 0.3 points. ``engines`` picks the optional rows
+    (default: every name in :data:`ENGINE_METHODS`); an absent package skips its row with a message.
+    ``core=False`` leaves out ``hf-sdpa, length-sorted`` and ``bertlib-sdpa, length-sorted`` (the quick profile:
+    :func:`workload_rows` times them already).
+    The engines are CPU engines and the issue's workload is a 2-core CPU one: on a GPU machine this runs on its
+    CPU (``device`` is then ignored). Returns ``{"rows": [...], "skipped": {name: why}, "setup": {...}}``."""
+    from . import engines as E
+    from .data import load_20newsgroups
+    from .export import to_hf_classifier
+    from .newsgroups import encode
+
+    device = torch.device("cpu")
+    model = model.cpu()
+    test = load_20newsgroups("test")
+    assert list(test.target_names) == list(label_names), "the classifier's classes are the dataset's, in order"
+    texts, labels = test.data[:n_posts], torch.as_tensor(test.target[:n_posts])
+    enc = encode(tokenizer, texts, max_length, "head_tail")
+    lengths = [len(e) for e in enc]
+    pad = tokenizer.pad_token_id
+    naive = [list(range(i, min(i + batch_size, len(enc)))) for i in range(0, len(enc), batch_size)]
+    by_length = length_sorted_batches(lengths, batch_size)
+    workdir = Path(workdir or BENCH_DIR) / "engines"
+    hf = to_hf_classifier(model, label_names).to(device)
+    hf.set_attn_implementation("sdpa")
+    hf_fn = E.Engine("hf-sdpa", lambda ids, m: hf(input_ids=ids, attention_mask=m).logits)
+    model = model.to(device).eval()
+    methods: dict[str, tuple[list, E.Engine]] = {
+        "hf-sdpa, naive batches": (naive, hf_fn),
+        "hf-sdpa, length-sorted": (by_length, hf_fn),
+        "bertlib-sdpa, length-sorted": (by_length, E.make_bertlib(model, "sdpa")),
+        "bertlib padding-free, length-sorted": (by_length, E.make_bertlib(model, "unpadded")),
+    }
+    if not core:
+        del methods["hf-sdpa, length-sorted"], methods["bertlib-sdpa, length-sorted"]
+    skipped: dict[str, str] = {}
+    onnx_path = workdir / "bertlib-classifier.onnx"
+    longest = np.argsort(lengths, kind="stable")[-batch_size:].tolist()
+    warm = next(padded_batches(enc, [longest], pad, device))[1:]
+    builders = {
+        "hf-eager, naive batches": lambda: (naive, E.Engine("hf-eager", _hf_eager(model, label_names, device))),
+        "hf-sdpa int8 (torch.ao quantize_dynamic), length-sorted": lambda: (by_length, _hf_int8(hf)),
+        "bertlib padding-free int8, length-sorted": lambda: (by_length, E.make_int8(model, "unpadded")),
+        "bertlib-sdpa + torch.compile, length-sorted": lambda: (by_length, E.make_compiled(model, "sdpa", warm)),
+        "ONNX Runtime (bertlib's graph), length-sorted": lambda: (by_length, E.make_ort(
+            model, _exported(model, onnx_path), optimize=False)),
+        "ONNX Runtime + transformer optimizer, length-sorted": lambda: (by_length, E.make_ort(
+            model, _exported(model, onnx_path), optimize=True)),
+        "ONNX Runtime + optimizer, int8 weights, length-sorted": lambda: (by_length, E.make_ort(
+            model, _exported(model, onnx_path), optimize=True, int8=True)),
+        "OpenVINO (bertlib's graph), length-sorted": lambda: (by_length, E.make_openvino(
+            model, _exported(model, onnx_path))),
+        "CTranslate2, length-sorted": lambda: (by_length, E.make_ctranslate2(model, tokenizer, workdir)),
+        "CTranslate2 int8, length-sorted": lambda: (by_length, E.make_ctranslate2(model, tokenizer, workdir, "int8")),
+    }
+    for name in (ENGINE_METHODS if engines is None else engines):
+        try:
+            t0 = time.perf_counter()
+            methods[name] = builders[name]()
+            methods[name][1].prepare_s = round(time.perf_counter() - t0, 1)
+        except E.EngineUnavailable as e:
+            skipped[name] = str(e)
+            print(f"bench: skipping {name}: {e}")
+    if device.type == "cpu":
+        keep_freed_memory()
+    batches = {name: list(padded_batches(enc, order, pad, device)) for name, (order, _) in methods.items()}
+    logits = {name: torch.empty(len(enc), len(label_names)) for name in methods}
+    seconds = {name: [] for name in methods}
+    with torch.inference_mode():
+        for _, fn in methods.values():  # warm-up on the longest posts
+            fn(*warm)
+        for r in range(rounds):
+            spent = dict.fromkeys(methods, 0.0)
+            for i in trange(len(naive), desc=f"engines, round {r + 1} of {rounds}", leave=False,
+                            disable=not progress_enabled()):
+                for name, (_, fn) in methods.items():
+                    idx, ids, mask = batches[name][i]
+                    sync(device)
+                    t0 = time.perf_counter()
+                    out = fn(ids, mask)
+                    sync(device)
+                    spent[name] += time.perf_counter() - t0
+                    if r == 0:
+                        logits[name][idx] = out.float().cpu()
+            for name in methods:
+                seconds[name].append(spent[name])
+        # latency: one real post of 128 tokens (the first that long, cut there), every method in turn
+        first = next((i for i, n in enumerate(lengths) if n >= 128), int(np.argmax(lengths)))
+        one = torch.tensor([enc[first][:127] + [tokenizer.sep_token_id]], device=device)
+        one_mask = torch.ones_like(one)
+        latency = time_rounds({name: (lambda fn=fn: fn(one, one_mask)) for name, (_, fn) in methods.items()},
+                              device, latency_repeats)
+    ref_name = "bertlib padding-free, length-sorted"
+    ref_acc = _accuracy(logits[ref_name], labels)
+    base = "hf-sdpa, naive batches"
+    n_tokens = sum(lengths)
+    rows = []
+    for name, (_, fn) in methods.items():
+        per_round = [len(enc) / s for s in seconds[name]]
+        speedups = [b / s for b, s in zip(seconds[base], seconds[name], strict=True)]
+        acc = _accuracy(logits[name], labels)
+        rows.append({
+            "method": name, "posts": len(enc), "rounds": rounds,
+            "posts_per_s": round(len(enc) / statistics.median(seconds[name]), 2),
+            "posts_per_s_min": round(min(per_round), 2), "posts_per_s_max": round(max(per_round), 2),
+            "real_tokens_per_s": round(n_tokens / statistics.median(seconds[name])),
+            "speedup_vs_hf_naive": round(statistics.median(speedups), 3),
+            "speedup_min": round(min(speedups), 3), "speedup_max": round(max(speedups), 3),
+            "latency_ms_128": round(statistics.median(latency[name]), 2),
+            "latency_ms_min": round(min(latency[name]), 2), "latency_ms_max": round(max(latency[name]), 2),
+            "accuracy": round(acc, 4), "delta_points": round(100 * (acc - ref_acc), 2),
+            "counts": abs(100 * (acc - ref_acc)) <= 0.3,
+            "agree_with_fp32": round(float((logits[name].argmax(-1) == logits[ref_name].argmax(-1)).float().mean()), 4),
+            "max_abs_logit_diff": round(float((logits[name] - logits[ref_name]).abs().max()), 6),
+            "prepare_s": fn.prepare_s, "note": fn.note,
+        })
+    setup_info = {"posts": len(enc), "max_length": max_length, "batch_size": batch_size, "rounds": rounds,
+                  "threads": torch.get_num_threads(), "mean_tokens": round(float(np.mean(lengths)), 1),
+                  "load_average": _load()}
+    return {"rows": rows, "skipped": skipped, "setup": setup_info}
+
+
+#: The optional rows of :func:`engine_rows` (the first four rows always run).
+ENGINE_METHODS = ["hf-eager, naive batches", "hf-sdpa int8 (torch.ao quantize_dynamic), length-sorted",
+                  "bertlib padding-free int8, length-sorted", "bertlib-sdpa + torch.compile, length-sorted",
+                  "ONNX Runtime (bertlib's graph), length-sorted",
+                  "ONNX Runtime + transformer optimizer, length-sorted",
+                  "ONNX Runtime + optimizer, int8 weights, length-sorted",
+                  "OpenVINO (bertlib's graph), length-sorted", "CTranslate2, length-sorted",
+                  "CTranslate2 int8, length-sorted"]
+#: The columns :func:`markdown` shows of the engine rows.
+ENGINE_COLUMNS = ["method", "posts_per_s", "posts_per_s_min", "posts_per_s_max", "speedup_vs_hf_naive", "speedup_min",
+                  "speedup_max", "latency_ms_128", "accuracy", "delta_points", "counts", "prepare_s"]
+#: The quick profile's two engine rows (CI).
+QUICK_ENGINE_METHODS = ["bertlib padding-free int8, length-sorted",
+                        "ONNX Runtime + transformer optimizer, length-sorted"]
+
+
+def _load() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def _exported(model, path: Path) -> Path:
+    """``path`` holding bertlib's classifier as ONNX (:func:`bertlib.engines.export_onnx`), exported once per run."""
+    from . import engines as E
+
+    if not getattr(model, "_bench_onnx", None) == path:
+        E.export_onnx(model, path)
+        model._bench_onnx = path
+    return path
+
+
+def _hf_eager(model, label_names, device):
+    from .export import to_hf_classifier
+
+    hf = to_hf_classifier(model, label_names).to(device)
+    return lambda ids, m: hf(input_ids=ids, attention_mask=m).logits
+
+
+def _hf_int8(hf):
+    """HF's classifier with ``torch.ao.quantization.quantize_dynamic`` on its ``nn.Linear`` layers (a copy)."""
+    import copy
+
+    from . import engines as E
+
+    q = torch.ao.quantization.quantize_dynamic(copy.deepcopy(hf).cpu(), {torch.nn.Linear}, dtype=torch.qint8)
+    return E.Engine("hf-sdpa int8", lambda ids, m: q(input_ids=ids, attention_mask=m).logits,
+                    note="torch.ao.quantization.quantize_dynamic on every nn.Linear (the classifier layer too)")
