@@ -95,9 +95,11 @@ notebooks: $(STAMP)
 	$(PY) -m pytest $$($(PY) tests/toc.py) $(NBVAL) --durations=0
 
 ## make book: build the HTML book into _build/html (warnings are errors). It executes every notebook that the
-## execution cache does not already hold for this code and these settings (after `make test`, none).
+## execution cache does not already hold for this code and these settings (after `make test`, none: both run with
+## the same BERTLIB_NUM_THREADS, one of the settings the cache records).
 book: $(STAMP)
-	$(VENV)/bin/jupyter-book build . --all -W -n --keep-going
+	BERTLIB_NUM_THREADS=$${BERTLIB_NUM_THREADS:-$(WORKER_THREADS)} \
+	  $(VENV)/bin/jupyter-book build . --all -W -n --keep-going
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
 ## make lab: the chapters in JupyterLab, as a reader runs them (installs the `lab` extra). The course kernel
