@@ -20,8 +20,11 @@ Every engine uses ``torch.get_num_threads()`` threads, so the rows compare like 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,21 @@ import torch.nn.functional as F
 from torch import nn
 
 from .encoder import bert_forward
+
+
+@contextlib.contextmanager
+def quiet_export():
+    """No warnings and no torch.onnx log lines inside the block: the exporter warns about things that do not matter
+    here (torchvision absent, axis names merged), and text on stderr fails the book build. Chapter 14."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 __all__ = ["ENGINES", "Engine", "EngineUnavailable", "Int8Linear", "LogitsModule", "classifier_logits",
            "export_onnx", "make_bertlib", "make_compiled", "make_ctranslate2", "make_int8", "make_openvino",
@@ -136,7 +154,9 @@ class Int8Linear:
         w = weight.detach().float().contiguous()
         scales = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
         zeros = torch.zeros(w.shape[0], dtype=torch.long)
-        q = torch.quantize_per_channel(w, scales.double(), zeros, 0, torch.qint8)
+        with warnings.catch_warnings():  # quantized tensors are deprecated in torch; their kernels are not yet
+            warnings.simplefilter("ignore", UserWarning)
+            q = torch.quantize_per_channel(w, scales.double(), zeros, 0, torch.qint8)
         self.packed = torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float())
         self.shape, self.dtype, self.device = weight.shape, weight.dtype, weight.device
         self.nbytes = w.numel()  # one byte per weight
@@ -218,11 +238,12 @@ def export_onnx(model, path: str | Path, opset: int = 18) -> float:
     mask = torch.ones_like(ids)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=model.config.max_position_embeddings)
     t0 = time.perf_counter()
-    with torch.no_grad():
+    with torch.no_grad(), quiet_export():
         program = torch.onnx.export(module, (ids, mask), input_names=["input_ids", "attention_mask"],
                                     output_names=["logits"], opset_version=opset, dynamo=True, verbose=False,
                                     dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}))
-    program.save(str(path))
+    with quiet_export():
+        program.save(str(path))
     return time.perf_counter() - t0
 
 
