@@ -17,6 +17,9 @@ memory-bound (Williams, Waterman and Patterson 2009).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -129,6 +132,21 @@ KIND_OF_ATEN = {
 }
 
 
+@contextlib.contextmanager
+def _c_stderr_silenced():
+    """The profiler's C++ side logs "profiler_start/stop" lines straight to file descriptor 2, which a notebook
+    shows as stderr (and the book build refuses): point descriptor 2 at /dev/null for the block."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def profile_layer_ops(fn, rounds: int = 3) -> dict[str, float]:
     """``torch.profiler``'s self CPU time (ms per call, the minimum over ``rounds`` profiled calls) of the aten
     operations of ``fn()`` grouped by :data:`KIND_OF_ATEN` kind; everything else is ``"other"``."""
@@ -137,7 +155,7 @@ def profile_layer_ops(fn, rounds: int = 3) -> dict[str, float]:
     fn()
     best: dict[str, float] = {}
     for _ in range(rounds):
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with _c_stderr_silenced(), profile(activities=[ProfilerActivity.CPU]) as prof:
             fn()
         kinds: dict[str, float] = {}
         for e in prof.key_averages():
