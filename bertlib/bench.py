@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -65,7 +64,7 @@ from .data import length_sorted_batches
 from .encoder import bert_forward
 from .pretrained import Pretrained, load_pretrained, to_hf_model
 from .runtime import progress_enabled, seeded, setup
-from .timing import keep_freed_memory, paired_ratio, peak_memory_mb, sync, time_interleaved, time_rounds
+from .timing import keep_freed_memory, paired_ratio, peak_memory_mb, time_interleaved, time_rounds, timed
 
 # The timing functions chapter 14 and the tests read as bertlib.bench.X (defined in bertlib.timing).
 __all__ = ["ENGINE_COLUMNS", "ENGINE_METHODS", "QUICK_ENGINE_METHODS", "Row", "engine_rows", "finetune_rows",
@@ -225,11 +224,8 @@ def workload_rows(pt: Pretrained, device: torch.device, n_posts: int | None, max
                         leave=False, disable=not progress_enabled()):
             for name, (_, fn) in methods.items():
                 idx, ids, mask = batches[name][i]
-                sync(device)
-                t0 = time.perf_counter()
-                out = fn(ids, mask)
-                sync(device)
-                seconds[name] += time.perf_counter() - t0
+                out, spent = timed(fn, ids, mask, device=device)
+                seconds[name] += spent
                 cls[name][idx] = out.float()
     n_tokens = sum(len(e) for e in enc)
     ref = cls[next(iter(methods))]

@@ -18,7 +18,7 @@ from .data import collate, length_sorted_batches
 from .encoder import bert_forward
 from .pretrained import Pretrained
 from .runtime import progress_enabled, seeded
-from .timing import keep_freed_memory, sync, time_rounds
+from .timing import keep_freed_memory, time_rounds, timed
 
 
 def padded_batches(enc: list[list[int]], batches: list, pad_id: int, device: torch.device):
@@ -186,11 +186,8 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
                             disable=not progress_enabled()):
                 for name, (_, fn) in methods.items():
                     idx, ids, mask = batches[name][i]
-                    sync(device)
-                    t0 = time.perf_counter()
-                    out = fn(ids, mask)
-                    sync(device)
-                    spent[name] += time.perf_counter() - t0
+                    out, seconds_taken = timed(fn, ids, mask, device=device)
+                    spent[name] += seconds_taken
                     if r == 0:
                         logits[name][idx] = out.float().cpu()
             for name in methods:

@@ -78,6 +78,15 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def timed(fn: Callable[..., object], *args, device: torch.device) -> tuple[object, float]:
+    """``(fn(*args), seconds)``, the device synchronised before and after so the time is the call's own."""
+    sync(device)
+    t0 = time.perf_counter()
+    out = fn(*args)
+    sync(device)
+    return out, time.perf_counter() - t0
+
+
 def peak_memory_mb(fn: Callable[[], object], device: torch.device) -> float:
     """Memory one call of ``fn`` needs beyond what is already allocated, in MB (CUDA allocator; CPU: RSS growth)."""
     sync(device)
@@ -108,11 +117,7 @@ def time_rounds(fns: dict[str, Callable[[], object]], device: torch.device, repe
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            sync(device)
-            t0 = time.perf_counter()
-            fn()
-            sync(device)
-            times[name].append((time.perf_counter() - t0) * 1e3)
+            times[name].append(timed(fn, device=device)[1] * 1e3)
     return times
 
 
