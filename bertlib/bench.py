@@ -243,7 +243,9 @@ def workload_rows(pt: Pretrained, device: torch.device, n_posts: int | None, max
 #: Where ``python -m bertlib.bench`` and chapter 14 keep the fine-tuned classifier of the engine rows (reused).
 def finetune_rows(pt: Pretrained, device: torch.device, batch: int, seq: int, steps: int,
                   num_labels: int = 20) -> list[dict]:
-    """Training steps/s of ``BertClassifier`` vs ``BertForSequenceClassification``, same loop and inputs."""
+    """Training steps/s of ``BertClassifier`` as chapter 9's trainer builds it (SDPA, fused LayerNorm/GELU) vs
+    ``BertForSequenceClassification``: the same loop and inputs, each with ``Trainer``'s default optimizer (fused
+    AdamW)."""
     from transformers import BertForSequenceClassification
 
     from .classifier import BertClassifier
@@ -261,7 +263,7 @@ def finetune_rows(pt: Pretrained, device: torch.device, batch: int, seq: int, st
     bf16 = device.type == "cuda"
 
     def step_fn(model, logits_of):
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
         model.train()
 
         def step():

@@ -52,7 +52,8 @@ READINGS: tuple[str, ...] = ("truncated", "windows")
 def frozen_features(pretrained: Pretrained, seqs: list[list[int]], batch_size: int = 64) -> dict[str, torch.Tensor]:
     """``[CLS]``, pooler and mean-pooled vectors of every sequence: ``kind -> (len(seqs), hidden)`` float32 on the
     CPU, in the order of ``seqs``. One forward pass of :func:`bertlib.bert_forward` in length-sorted batches of
-    ``batch_size`` (little padding); the mean is over real tokens only."""
+    ``batch_size`` (little padding); the mean is over real tokens only. The pass runs SDPA attention and one-kernel
+    LayerNorm/GELU and keeps no per-layer outputs (chapter 14): the same vectors, about 1.4× faster on a CPU."""
     sd, config = pretrained.state_dict, pretrained.config
     device = next(iter(sd.values())).device
     out = {k: torch.empty(len(seqs), config.hidden_size) for k in KINDS}
@@ -60,7 +61,8 @@ def frozen_features(pretrained: Pretrained, seqs: list[list[int]], batch_size: i
     for idx in tqdm(batches, desc="frozen features", unit="batch", disable=not progress_enabled() or len(batches) < 20):
         idx = torch.as_tensor(idx)
         batch = collate([seqs[i] for i in idx], pretrained.tokenizer.pad_token_id, device)
-        res = bert_forward(sd, config, **batch)
+        res = bert_forward(sd, config, **batch, attn_implementation="sdpa", fused=True, output_hidden_states=False,
+                           output_attentions=False)
         hidden = res.last_hidden_state                                         # (batch, seq, hidden)
         m = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)             # (batch, seq, 1)
         out["[CLS]"][idx] = hidden[:, 0].float().cpu()

@@ -108,14 +108,14 @@ __all__ = [
 def build_model(cfg: FinetuneConfig, pretrained: Pretrained, num_labels: int, device: torch.device) -> BertClassifier:
     """:class:`~bertlib.BertClassifier` on the pretrained weights (float32, on ``device``), its new layer initialised
     from ``cfg.seed``. With ``cfg.dropout`` set, the model trains with a copy of the config carrying that dropout;
-    ``pretrained.config`` keeps the model's own values (those are exported)."""
+    ``pretrained.config`` keeps the model's own values (exported). LayerNorm and GELU run fused (chapter 14)."""
     config = pretrained.config
     if cfg.dropout is not None:
         config = copy.deepcopy(config)
         config.hidden_dropout_prob = config.attention_probs_dropout_prob = cfg.dropout
         config.classifier_dropout = cfg.dropout
-    state_dict = {k: v.to(device=device, dtype=torch.float32) for k, v in pretrained.state_dict.items()}
-    return BertClassifier(state_dict, config, num_labels, seed=cfg.seed, attn_implementation=cfg.attn).to(device)
+    sd = {k: v.to(device=device, dtype=torch.float32) for k, v in pretrained.state_dict.items()}
+    return BertClassifier(sd, config, num_labels, seed=cfg.seed, attn_implementation=cfg.attn, fused=True).to(device)
 
 
 def make_optimizer(model: BertClassifier, cfg: FinetuneConfig) -> torch.optim.AdamW:
