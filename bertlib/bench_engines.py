@@ -20,6 +20,9 @@ from .pretrained import Pretrained
 from .runtime import progress_enabled, seeded
 from .timing import keep_freed_memory, time_rounds, timed
 
+#: A row ``counts`` when its accuracy is within this many percentage points of fp32 bertlib's.
+COUNTS_WITHIN_POINTS = 0.3
+
 
 def padded_batches(enc: list[list[int]], batches: list, pad_id: int, device: torch.device):
     """``(indices, input_ids, attention_mask)`` of each batch of indices, padded to its own longest post
@@ -110,8 +113,8 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
     median over rounds with its min and max; each speed-up over ``hf-sdpa, naive batches`` is taken within a round
     (median, min, max over rounds). ``latency_ms`` is one real post cut to 128 tokens, timed in interleaved rounds.
     ``accuracy`` is on the same posts; ``delta_points`` is the gap to fp32 bertlib (``bertlib padding-free``) in
-    percentage points, and a row ``counts`` when it is within 0.3 points. ``engines`` picks the optional rows
-    (default: every name in :data:`ENGINE_METHODS`); an absent package skips its row with a message.
+    percentage points, and a row ``counts`` when it is within :data:`COUNTS_WITHIN_POINTS` points. ``engines`` picks
+    the optional rows (default: every name in :data:`ENGINE_METHODS`); an absent package skips its row with a message.
     ``core=False`` leaves out ``hf-sdpa, length-sorted`` and ``bertlib-sdpa, length-sorted`` (the quick profile:
     :func:`workload_rows` times them already).
     The engines are CPU engines and the issue's workload is a 2-core CPU one: on a GPU machine this runs on its
@@ -217,7 +220,7 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
             "latency_ms_128": round(statistics.median(latency[name]), 2),
             "latency_ms_min": round(min(latency[name]), 2), "latency_ms_max": round(max(latency[name]), 2),
             "accuracy": round(acc, 4), "delta_points": round(100 * (acc - ref_acc), 2),
-            "counts": abs(100 * (acc - ref_acc)) <= 0.3,
+            "counts": abs(100 * (acc - ref_acc)) <= COUNTS_WITHIN_POINTS,
             "agree_with_fp32": round(float((logits[name].argmax(-1) == logits[ref_name].argmax(-1)).float().mean()), 4),
             "max_abs_logit_diff": round(float((logits[name] - logits[ref_name]).abs().max()), 6),
             "prepare_s": fn.prepare_s, "note": fn.note,
