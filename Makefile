@@ -151,6 +151,13 @@ gpu:
 clean:
 	rm -rf _build .pytest_cache
 
+# The `browser` extra (Playwright), installed once: a pip install of this editable package while notebooks run from
+# the same .venv (CI's second pass runs beside the browser test) could let a starting kernel miss `bertlib`.
+BROWSER_STAMP := $(VENV)/.browser-installed
+$(BROWSER_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[browser]"
+	touch $@
+
 ## make browser-test: the built book in a real browser (after `make book`): Debian's chromium driven by Playwright
 ## against _build/html on 127.0.0.1; every page in _toc.yml loads offline with no console error, MathJax and bertviz
 ## render, links resolve; full-page screenshots land in _build/screenshots/. It also runs the chapters with bertviz
@@ -158,12 +165,11 @@ clean:
 ## the views must draw (tests/browser/test_lab_offline.py). Needs a chromium binary (CHROMIUM=/path/to/it; make
 ## installs nothing system-wide): without one it stops and says how to get it.
 CHROMIUM ?= /usr/bin/chromium
-browser-test: $(STAMP) node_modules/.package-lock.json
+browser-test: $(BROWSER_STAMP) node_modules/.package-lock.json
 	@test -f _build/html/index.html || { echo "browser-test: no _build/html/index.html: run 'make book' first"; exit 1; }
 	@command -v $(CHROMIUM) >/dev/null || { echo "browser-test: no chromium at $(CHROMIUM). Install it (Debian/Ubuntu: \
 	sudo apt-get install -y chromium; macOS: brew install --cask chromium) and/or pass CHROMIUM=/path/to/chromium."; \
 	exit 1; }
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[browser]"
 	BOOK_BROWSER_REQUIRED=1 CHROMIUM=$(CHROMIUM) $(PY) -m pytest tests/browser -p no:cacheprovider -v --durations=5
 
 # The book's browser assets (require.js, d3, jQuery, MathJax) from npm, pinned by package-lock.json and served
