@@ -148,10 +148,44 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
     if not core:
         del methods["hf-sdpa, length-sorted"], methods["bertlib-sdpa, length-sorted"]
     skipped: dict[str, str] = {}
-    onnx_path = workdir / "bertlib-classifier.onnx"
     longest = np.argsort(lengths, kind="stable")[-batch_size:].tolist()
     warm = next(padded_batches(enc, [longest], pad, device))[1:]
-    builders = {
+    builders = _engine_builders(model, hf, tokenizer, label_names, naive, by_length, warm, workdir, device)
+    for name in (ENGINE_METHODS if engines is None else engines):
+        try:
+            t0 = time.perf_counter()
+            methods[name] = builders[name]()
+            methods[name][1].prepare_s = round(time.perf_counter() - t0, 1)
+        except E.EngineUnavailable as e:
+            skipped[name] = str(e)
+            print(f"bench: skipping {name}: {e}")
+    if device.type == "cpu":
+        keep_freed_memory()
+    batches = {name: list(padded_batches(enc, order, pad, device)) for name, (order, _) in methods.items()}
+    logits, seconds = _run_rounds(methods, batches, warm, rounds, len(naive), len(enc), len(label_names), device)
+    with torch.inference_mode():  # latency: one real post of 128 tokens (the first that long, cut there)
+        first = next((i for i, n in enumerate(lengths) if n >= 128), int(np.argmax(lengths)))
+        one = torch.tensor([enc[first][:127] + [tokenizer.sep_token_id]], device=device)
+        one_mask = torch.ones_like(one)
+        calls = {name: (lambda fn=fn: fn(one, one_mask)) for name, (_, fn) in methods.items()}
+        latency = time_rounds(calls, device, latency_repeats)
+    ref = logits["bertlib padding-free, length-sorted"]
+    base = seconds["hf-sdpa, naive batches"]
+    rows = [_engine_row(name, fn, seconds[name], base, latency[name], logits[name], ref, labels, sum(lengths))
+            for name, (_, fn) in methods.items()]
+    setup_info = {"posts": len(enc), "max_length": max_length, "batch_size": batch_size, "rounds": rounds,
+                  "threads": torch.get_num_threads(), "mean_tokens": round(float(np.mean(lengths)), 1),
+                  "load_average": _load()}
+    return {"rows": rows, "skipped": skipped, "setup": setup_info}
+
+
+def _engine_builders(model, hf, tokenizer, label_names: list[str], naive: list, by_length: list, warm: tuple,
+                     workdir: Path, device: torch.device) -> dict:
+    """Name → a function that builds that optional row of :func:`engine_rows`: ``(batch order, engine)``."""
+    from . import engines as E
+
+    onnx_path = workdir / "bertlib-classifier.onnx"
+    return {
         "hf-eager, naive batches": lambda: (naive, E.Engine("hf-eager", _hf_eager(model, label_names, device))),
         "hf-sdpa int8 (torch.ao quantize_dynamic), length-sorted": lambda: (by_length, _hf_int8(hf)),
         "bertlib padding-free int8, length-sorted": lambda: (by_length, E.make_int8(model, "unpadded")),
@@ -167,25 +201,21 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
         "CTranslate2, length-sorted": lambda: (by_length, E.make_ctranslate2(model, tokenizer, workdir)),
         "CTranslate2 int8, length-sorted": lambda: (by_length, E.make_ctranslate2(model, tokenizer, workdir, "int8")),
     }
-    for name in (ENGINE_METHODS if engines is None else engines):
-        try:
-            t0 = time.perf_counter()
-            methods[name] = builders[name]()
-            methods[name][1].prepare_s = round(time.perf_counter() - t0, 1)
-        except E.EngineUnavailable as e:
-            skipped[name] = str(e)
-            print(f"bench: skipping {name}: {e}")
-    if device.type == "cpu":
-        keep_freed_memory()
-    batches = {name: list(padded_batches(enc, order, pad, device)) for name, (order, _) in methods.items()}
-    logits = {name: torch.empty(len(enc), len(label_names)) for name in methods}
-    seconds = {name: [] for name in methods}
+
+
+def _run_rounds(methods: dict, batches: dict, warm: tuple, rounds: int, n_batches: int, n_posts: int,
+                n_labels: int, device: torch.device) -> tuple[dict[str, torch.Tensor], dict[str, list[float]]]:
+    """Every method on batch 0, then every method on batch 1, …, for ``rounds`` rounds (after one warm-up call
+    each on ``warm``): each method's ``(n_posts, n_labels)`` logits from the first round and its seconds per
+    round."""
+    logits = {name: torch.empty(n_posts, n_labels) for name in methods}
+    seconds: dict[str, list[float]] = {name: [] for name in methods}
     with torch.inference_mode():
-        for _, fn in methods.values():  # warm-up on the longest posts
+        for _, fn in methods.values():
             fn(*warm)
         for r in range(rounds):
             spent = dict.fromkeys(methods, 0.0)
-            for i in trange(len(naive), desc=f"engines, round {r + 1} of {rounds}", leave=False,
+            for i in trange(n_batches, desc=f"engines, round {r + 1} of {rounds}", leave=False,
                             disable=not progress_enabled()):
                 for name, (_, fn) in methods.items():
                     idx, ids, mask = batches[name][i]
@@ -195,40 +225,32 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
                         logits[name][idx] = out.float().cpu()
             for name in methods:
                 seconds[name].append(spent[name])
-        # latency: one real post of 128 tokens (the first that long, cut there), every method in turn
-        first = next((i for i, n in enumerate(lengths) if n >= 128), int(np.argmax(lengths)))
-        one = torch.tensor([enc[first][:127] + [tokenizer.sep_token_id]], device=device)
-        one_mask = torch.ones_like(one)
-        latency = time_rounds({name: (lambda fn=fn: fn(one, one_mask)) for name, (_, fn) in methods.items()},
-                              device, latency_repeats)
-    ref_name = "bertlib padding-free, length-sorted"
-    ref_acc = _accuracy(logits[ref_name], labels)
-    base = "hf-sdpa, naive batches"
-    n_tokens = sum(lengths)
-    rows = []
-    for name, (_, fn) in methods.items():
-        per_round = [len(enc) / s for s in seconds[name]]
-        speedups = [b / s for b, s in zip(seconds[base], seconds[name], strict=True)]
-        acc = _accuracy(logits[name], labels)
-        rows.append({
-            "method": name, "posts": len(enc), "rounds": rounds,
-            "posts_per_s": round(len(enc) / statistics.median(seconds[name]), 2),
-            "posts_per_s_min": round(min(per_round), 2), "posts_per_s_max": round(max(per_round), 2),
-            "real_tokens_per_s": round(n_tokens / statistics.median(seconds[name])),
-            "speedup_vs_hf_naive": round(statistics.median(speedups), 3),
-            "speedup_min": round(min(speedups), 3), "speedup_max": round(max(speedups), 3),
-            "latency_ms_128": round(statistics.median(latency[name]), 2),
-            "latency_ms_min": round(min(latency[name]), 2), "latency_ms_max": round(max(latency[name]), 2),
-            "accuracy": round(acc, 4), "delta_points": round(100 * (acc - ref_acc), 2),
-            "counts": abs(100 * (acc - ref_acc)) <= COUNTS_WITHIN_POINTS,
-            "agree_with_fp32": round(float((logits[name].argmax(-1) == logits[ref_name].argmax(-1)).float().mean()), 4),
-            "max_abs_logit_diff": round(float((logits[name] - logits[ref_name]).abs().max()), 6),
-            "prepare_s": fn.prepare_s, "note": fn.note,
-        })
-    setup_info = {"posts": len(enc), "max_length": max_length, "batch_size": batch_size, "rounds": rounds,
-                  "threads": torch.get_num_threads(), "mean_tokens": round(float(np.mean(lengths)), 1),
-                  "load_average": _load()}
-    return {"rows": rows, "skipped": skipped, "setup": setup_info}
+    return logits, seconds
+
+
+def _engine_row(name: str, fn, seconds: list[float], base_seconds: list[float], latency_ms: list[float],
+                logits: torch.Tensor, ref_logits: torch.Tensor, labels: torch.Tensor, n_tokens: int) -> dict:
+    """One row of :func:`engine_rows`: speed (median, min, max over rounds), the speed-up over HF's naive batches
+    within each round, latency, and accuracy against the fp32 bertlib reference ``ref_logits``."""
+    n = len(labels)
+    per_round = [n / s for s in seconds]
+    speedups = [b / s for b, s in zip(base_seconds, seconds, strict=True)]
+    acc, ref_acc = _accuracy(logits, labels), _accuracy(ref_logits, labels)
+    return {
+        "method": name, "posts": n, "rounds": len(seconds),
+        "posts_per_s": round(n / statistics.median(seconds), 2),
+        "posts_per_s_min": round(min(per_round), 2), "posts_per_s_max": round(max(per_round), 2),
+        "real_tokens_per_s": round(n_tokens / statistics.median(seconds)),
+        "speedup_vs_hf_naive": round(statistics.median(speedups), 3),
+        "speedup_min": round(min(speedups), 3), "speedup_max": round(max(speedups), 3),
+        "latency_ms_128": round(statistics.median(latency_ms), 2),
+        "latency_ms_min": round(min(latency_ms), 2), "latency_ms_max": round(max(latency_ms), 2),
+        "accuracy": round(acc, 4), "delta_points": round(100 * (acc - ref_acc), 2),
+        "counts": abs(100 * (acc - ref_acc)) <= COUNTS_WITHIN_POINTS,
+        "agree_with_fp32": round(float((logits.argmax(-1) == ref_logits.argmax(-1)).float().mean()), 4),
+        "max_abs_logit_diff": round(float((logits - ref_logits).abs().max()), 6),
+        "prepare_s": fn.prepare_s, "note": fn.note,
+    }
 
 
 #: The optional rows of :func:`engine_rows` (the first four rows always run).

@@ -12,6 +12,7 @@ import torch
 
 from bertlib import engines as E
 from bertlib.classifier import BertClassifier
+from helpers import needs_data
 
 FP32 = dict(atol=1e-4, rtol=1e-4)
 
@@ -126,3 +127,28 @@ def test_torch_compile(tiny_classifier, batch, reference):
     ids, mask = batch
     torch.testing.assert_close(_run(engine, (ids[:2, :20], mask[:2, :20])),
                                _run(E.make_bertlib(tiny_classifier), (ids[:2, :20], mask[:2, :20])), **FP32)
+
+
+@needs_data
+def test_engine_rows_time_every_method_and_score_it(tiny_pretrained, tmp_path):
+    """bench.engine_rows end to end on a tiny model and 8 posts: one row per method, speeds and speed-ups positive,
+    the fp32 reference row at 0 points from itself, the int8 row present, the setup as asked."""
+    from bertlib.bench_engines import engine_rows
+    from bertlib.data import load_20newsgroups
+
+    names = list(load_20newsgroups("test").target_names)
+    model = BertClassifier(tiny_pretrained.state_dict, tiny_pretrained.config, len(names), attn_implementation="sdpa",
+                           fused=True).eval()
+    run = engine_rows(model, tiny_pretrained.tokenizer, names, torch.device("cpu"), 8, 32, 4, rounds=2,
+                      engines=["bertlib padding-free int8, length-sorted"], workdir=tmp_path, latency_repeats=1,
+                      core=False)
+    rows = {r["method"]: r for r in run["rows"]}
+    assert set(rows) == {"hf-sdpa, naive batches", "bertlib padding-free, length-sorted",
+                         "bertlib padding-free int8, length-sorted"}
+    assert run["setup"]["posts"] == 8 and run["setup"]["max_length"] == 32 and run["skipped"] == {}
+    ref = rows["bertlib padding-free, length-sorted"]
+    assert ref["delta_points"] == 0 and ref["counts"] and ref["agree_with_fp32"] == 1.0
+    assert rows["hf-sdpa, naive batches"]["max_abs_logit_diff"] < 1e-3  # HF's classifier: the same logits
+    for r in rows.values():
+        assert r["posts"] == 8 and r["rounds"] == 2 and r["posts_per_s"] > 0 and r["latency_ms_128"] > 0
+        assert r["speedup_min"] <= r["speedup_vs_hf_naive"] <= r["speedup_max"]
