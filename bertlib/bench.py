@@ -27,6 +27,9 @@ is taken within a round and then the median over rounds. Sections:
   4096x384 by 384x1536 product on one loaded core).
 - **finetune**: training steps/s of ``bertlib.BertClassifier`` vs ``transformers.BertForSequenceClassification``
   with the same loop (AdamW, bf16 autocast on CUDA).
+- **training**: the fine-tuning step on the ``cpu`` profile's batches against ``transformers.Trainer`` itself:
+  chapter 9's padded step, the padding-free step and (full) ``torch.compile``, in real tokens/s
+  (:mod:`bertlib.bench_training`).
 
 Timing and memory are measured by :mod:`bertlib.timing` (interleaved rounds, paired ratios, glibc's allocator kept
 from handing memory back, peak memory by ``psutil``).
@@ -61,7 +64,7 @@ from .bench_engines import (  # noqa: F401
     workload_classifier,
 )
 from .data import length_sorted_batches
-from .encoder import bert_forward
+from .encoder import OUTPUTS_ONLY, bert_forward
 from .pretrained import Pretrained, load_pretrained, to_hf_model
 from .runtime import progress_enabled, seeded, setup
 from .timing import keep_freed_memory, paired_ratio, peak_memory_mb, time_interleaved, time_rounds, timed
@@ -117,7 +120,7 @@ def outputs_only(*args, **kwargs):
     """:func:`bertlib.bert_forward` keeping only the outputs, as ``transformers.BertModel`` does by default (no
     hidden state per layer, no attention probabilities) and, like it, checking nothing (``check=False``): the
     like-for-like comparison."""
-    return bert_forward(*args, output_hidden_states=False, output_attentions=False, check=False, **kwargs)
+    return bert_forward(*args, **OUTPUTS_ONLY, check=False, **kwargs)
 
 
 def head_loop_forward(sd, config, input_ids, attention_mask):
@@ -302,6 +305,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default=None, help="write every table as JSON")
     parser.add_argument("--no-workload", action="store_true", help="skip the 20 Newsgroups workload")
     parser.add_argument("--no-finetune", action="store_true", help="skip the training-step comparison")
+    parser.add_argument("--no-training", action="store_true",
+                        help="skip the fine-tuning step against transformers.Trainer on the cpu profile's batches")
     parser.add_argument("--no-engines", action="store_true", help="skip the engines on the fine-tuned classifier")
     parser.add_argument("--engine-posts", type=int, default=None,
                         help="engines: the first N test posts (default: 64 at 256 tokens quick, 512 at 512 otherwise; "
@@ -355,6 +360,14 @@ def main(argv: list[str] | None = None) -> dict:
         result["finetune"] = finetune_rows(model, device, *ft)
         print()
         print(markdown(result["finetune"]))
+    if not args.no_training:
+        from .bench_training import TRAIN_COLUMNS, cpu_profile_batches, training_rows
+
+        batch, rounds, steps = (8, 2, 3) if args.quick else (32, 3, 4)
+        batches = cpu_profile_batches(minilm.tokenizer, rounds * steps, batch, min(128, minilm.max_length))
+        result["training"] = training_rows(minilm, device, batches, rounds, steps, compile_=not args.quick)
+        print()
+        print(markdown(result["training"]["rows"], TRAIN_COLUMNS))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)

@@ -17,7 +17,7 @@ from torch import nn
 from transformers import BertConfig
 
 from .checks import check_config, check_inputs, check_state_dict, expected_shapes
-from .encoder import bert_forward
+from .encoder import OUTPUTS_ONLY, bert_forward
 from .runtime import normal_init, seeded_generator
 
 
@@ -143,6 +143,6 @@ class BertClassifier(nn.Module):
         check_inputs(self.config, input_ids, attention_mask, token_type_ids)  # the weights were checked in __init__
         out = bert_forward(weights, self.config, input_ids, attention_mask,
                            token_type_ids, training=self.training, attn_implementation=self.attn_implementation,
-                           fused=self.fused, output_hidden_states=False, output_attentions=False, check=False)
+                           fused=self.fused, **OUTPUTS_ONLY, check=False)
         pooled = F.dropout(out.pooler_output, self.dropout_prob, self.training)
         return self.classifier(pooled)

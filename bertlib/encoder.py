@@ -32,6 +32,13 @@ from .embeddings import embeddings
 from .layer import encoder_layer
 from .pooler import pooler
 
+#: Keep only the outputs (the last hidden state and the pooled vector): no hidden state per layer, no attention
+#: probabilities, as ``transformers.BertModel`` returns by default. ``bert_forward(..., **OUTPUTS_ONLY)``.
+OUTPUTS_ONLY = {"output_hidden_states": False, "output_attentions": False}
+#: The fast path of appendix 14: fused attention (SDPA), one-kernel LayerNorm and GELU, and only the outputs.
+#: The same numbers as the defaults, to float32 rounding. ``bert_forward(..., **FAST)``.
+FAST = {"attn_implementation": "sdpa", "fused": True, **OUTPUTS_ONLY}
+
 
 @dataclass
 class BertForwardOutput:

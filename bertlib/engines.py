@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .encoder import bert_forward
+from .encoder import OUTPUTS_ONLY, bert_forward
 
 
 @contextlib.contextmanager
@@ -51,9 +51,9 @@ def quiet_export():
     finally:
         logger.setLevel(level)
 
-__all__ = ["ENGINES", "Engine", "EngineUnavailable", "Int8Linear", "LogitsModule", "classifier_logits",
-           "export_onnx", "make_bertlib", "make_compiled", "make_ctranslate2", "make_int8", "make_openvino",
-           "make_ort", "quantize_weights", "require"]
+__all__ = ["ENGINES", "Engine", "EngineUnavailable", "HFLogitsModule", "Int8Linear", "LogitsModule",
+           "classifier_logits", "export_onnx", "make_bertlib", "make_compiled", "make_ctranslate2", "make_int8",
+           "make_openvino", "make_ort", "quantize_weights", "require"]
 
 
 class EngineUnavailable(RuntimeError):
@@ -93,7 +93,7 @@ def classifier_logits(sd, head_weight, head_bias, config, input_ids, attention_m
     """``W · pooler(bert_forward(...)) + b``: what :class:`~bertlib.BertClassifier` computes in eval mode, with the
     fast kernels (fused LayerNorm/GELU) and nothing kept but the outputs."""
     out = bert_forward(sd, config, input_ids, attention_mask, attn_implementation=attn_implementation, fused=True,
-                       output_hidden_states=False, output_attentions=False, check=False)
+                       **OUTPUTS_ONLY, check=False)
     return F.linear(out.pooler_output, head_weight, head_bias)
 
 
@@ -108,7 +108,7 @@ def static_logits(sd, head_weight, head_bias, config, input_ids, attention_mask)
     encoder = importlib.import_module("bertlib.encoder").encoder  # the module's function (bertlib.encoder is too)
     x = embeddings(sd, config, input_ids, None, training=False, fused=True, check=False)
     hidden, _ = encoder(sd, config, x, extended_attention_mask(attention_mask, x.dtype), attn_implementation="sdpa",
-                        fused=True, output_hidden_states=False, output_attentions=False, check=False)
+                        fused=True, **OUTPUTS_ONLY, check=False)
     return F.linear(pooler(sd, config, hidden[-1]), head_weight, head_bias)
 
 
@@ -224,16 +224,30 @@ class LogitsModule(nn.Module):
         return static_logits(sd, self.head_weight, self.head_bias, self.config, input_ids, attention_mask)
 
 
-def export_onnx(model, path: str | Path, opset: int = 18) -> float:
+class HFLogitsModule(nn.Module):
+    """``(input_ids, attention_mask) -> logits`` of a ``transformers`` classifier: what optimum's ONNX export
+    traces (Hugging Face's graph, for comparison with bertlib's)."""
+
+    def __init__(self, hf_model):
+        super().__init__()
+        self.hf_model = hf_model
+
+    def forward(self, input_ids, attention_mask):
+        return self.hf_model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+def export_onnx(model, path: str | Path, opset: int = 18, *, hf_model=None) -> float:
     """bertlib's forward + the classifier layer as an ONNX graph at ``path`` (batch and length dynamic), with
-    PyTorch's ``torch.export``-based exporter; returns the seconds it took."""
+    PyTorch's ``torch.export``-based exporter; returns the seconds it took. With ``hf_model`` (``model``'s
+    ``BertForSequenceClassification``, :func:`bertlib.export.to_hf_classifier`) the graph exported is Hugging Face's
+    instead, as ``optimum`` would export it (optimum-onnx itself needs transformers < 4.58)."""
     require("onnx")
     require("onnxscript")
     if getattr(model.config, "is_decoder", False):
         raise EngineUnavailable("the ONNX export covers the bidirectional encoder only")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    module = LogitsModule(model).eval()
+    module = (LogitsModule(model) if hf_model is None else HFLogitsModule(hf_model)).eval()
     ids = torch.randint(1000, 2000, (2, 16))
     mask = torch.ones_like(ids)
     batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=model.config.max_position_embeddings)

@@ -29,7 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .data import collate, length_sorted_batches
-from .encoder import bert_forward
+from .encoder import FAST, bert_forward
 from .files import write_text
 from .finetune_config import FinetuneConfig, parse_args
 from .inference import best_on_validation, scores
@@ -61,8 +61,7 @@ def frozen_features(pretrained: Pretrained, seqs: list[list[int]], batch_size: i
     for idx in tqdm(batches, desc="frozen features", unit="batch", disable=not progress_enabled() or len(batches) < 20):
         idx = torch.as_tensor(idx)
         batch = collate([seqs[i] for i in idx], pretrained.tokenizer.pad_token_id, device)
-        res = bert_forward(sd, config, **batch, attn_implementation="sdpa", fused=True, output_hidden_states=False,
-                           output_attentions=False)
+        res = bert_forward(sd, config, **batch, **FAST)
         hidden = res.last_hidden_state                                         # (batch, seq, hidden)
         m = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)             # (batch, seq, 1)
         out["[CLS]"][idx] = hidden[:, 0].float().cpu()

@@ -22,7 +22,7 @@ import torch
 from transformers import BertConfig
 
 from .checks import check_config, check_head_mask, check_state_dict, kept_heads, pruned_heads
-from .encoder import BertForwardOutput, bert_forward
+from .encoder import FAST, BertForwardOutput, bert_forward
 
 #: The four weights pruning touches in each layer: rows of Q/K/V (and their biases), columns of the output dense.
 _QKV = ("query", "key", "value")
@@ -145,8 +145,7 @@ def head_importance(
     for batch in batches:
         mask = start.to(dtype=some.dtype, device=some.device).clone().requires_grad_(True)
         out = bert_forward(state_dict, config, batch["input_ids"], batch.get("attention_mask"),
-                           batch.get("token_type_ids"), head_mask=mask, attn_implementation="sdpa", fused=True,
-                           output_hidden_states=False, output_attentions=False)
+                           batch.get("token_type_ids"), head_mask=mask, **FAST)
         loss = loss_fn(out, batch)
         (grad,) = torch.autograd.grad(loss, mask)
         importance += grad.detach().abs().double().cpu()

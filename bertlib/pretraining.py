@@ -24,7 +24,7 @@ from transformers import BertConfig
 
 from .checks import check_config, expected_shapes
 from .classifier import module_tree
-from .encoder import bert_forward
+from .encoder import OUTPUTS_ONLY, bert_forward
 from .heads import IGNORE_INDEX, mlm_logits, mlm_transform, nsp_logits, pretraining_head_shapes
 from .optimization import adamw, optimizer_step, schedule
 from .pretraining_data import (
@@ -151,8 +151,7 @@ def bert_for_pretraining(
     Defined in chapter 11, *Pre-training*.
     """
     out = bert_forward(state_dict, config, input_ids, attention_mask, token_type_ids, training=training,
-                       attn_implementation=attn_implementation, fused=fused, output_hidden_states=False,
-                       output_attentions=False)
+                       attn_implementation=attn_implementation, fused=fused, **OUTPUTS_ONLY)
     seq_out = out.last_hidden_state
     target = labels
     if masked_only:

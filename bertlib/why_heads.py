@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import BertConfig
 
-from .encoder import bert_forward
+from .encoder import OUTPUTS_ONLY, bert_forward
 from .multi_head import self_attention
 from .runtime import normal_init, seeded_generator
 
@@ -91,7 +91,7 @@ def ablate_heads(state_dict: Mapping[str, torch.Tensor], config: BertConfig, bat
     ``(num_hidden_layers, num_attention_heads)``. Defined in chapter 5 (``head_mask``: chapter 13)."""
     run = lambda mask: bert_forward(state_dict, config, batch["input_ids"], batch["attention_mask"],  # noqa: E731
                                     batch.get("token_type_ids"), head_mask=mask, add_pooling_layer=False,
-                                    output_attentions=False, output_hidden_states=False).last_hidden_state
+                                    **OUTPUTS_ONLY).last_hidden_state
     full = run(None)
     L, A = config.num_hidden_layers, config.num_attention_heads
     effect = torch.zeros(L, A)

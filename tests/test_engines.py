@@ -89,6 +89,19 @@ def test_onnx_runtime(tiny_classifier, batch, reference, onnx_file):
         torch.testing.assert_close(_run(E.make_ort(tiny_classifier, onnx_file, optimize), batch), reference, **FP32)
 
 
+@pytest.mark.slow  # the ONNX export of Hugging Face's graph (optimum's route, without optimum)
+def test_onnx_runtime_on_hf_graph(tiny_classifier, batch, reference, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from bertlib.export import to_hf_classifier
+
+    hf = to_hf_classifier(tiny_classifier, [str(i) for i in range(5)]).eval()
+    hf.set_attn_implementation("sdpa")
+    path = tmp_path / "hf.onnx"
+    E.export_onnx(tiny_classifier, path, hf_model=hf)
+    for optimize in (False, True):
+        torch.testing.assert_close(_run(E.make_ort(tiny_classifier, path, optimize), batch), reference, **FP32)
+
+
 @pytest.mark.slow  # the ONNX export, then ORT's quantization
 def test_onnx_runtime_int8(tiny_classifier, batch, reference, onnx_file):
     pytest.importorskip("onnxruntime")

@@ -1,0 +1,198 @@
+"""The fine-tuning step made fast, timed against ``transformers.Trainer`` on the same batches (appendix 14, section
+14.9, *Training fast*).
+
+Chapter 9's trainer (:func:`bertlib.finetune.train_step`) already runs the fast kernels of the forward pass (SDPA,
+one-kernel LayerNorm and GELU) and fused AdamW, the optimizer ``Trainer`` picks by default. This module times it on
+the batches the ``cpu`` profile trains on: 20 Newsgroups training posts cut to 128 tokens (head + tail), shuffled,
+bucketed by length and batched (:func:`bertlib.data.epoch_batches`). The rows, interleaved round by round on the
+same batches (:func:`training_rows`):
+
+- ``hf Trainer``: ``transformers.Trainer.train`` itself on ``BertForSequenceClassification`` (SDPA, its default
+  fused AdamW), the batches fed in order; each step timed from the end of the one before (a callback), so data
+  loading, the forward and backward passes, clipping, the optimizer and the schedule all count;
+- ``bertlib, padded``: chapter 9's step on :class:`bertlib.BertClassifier` (SDPA, fused kernels, fused AdamW);
+- ``bertlib, padding-free``: the same with ``attn_implementation="unpadded"``: only the real tokens pass through
+  the dense layers, forward and backward (:mod:`bertlib.unpadded`);
+- ``bertlib + torch.compile`` (``compile_=True``): the classifier's forward compiled by inductor; its backward is
+  compiled too (AOTAutograd). Its compile time is reported apart.
+
+Every row gives real tokens/s (padding not counted), the time per step and its speed-up over the Trainer, taken
+within each round (median, min and max over rounds). The first step of each method in a round is not timed (the
+Trainer builds its optimizer and data loader there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from .classifier import BertClassifier
+from .data import collate, epoch_batches
+from .pretrained import Pretrained
+
+__all__ = ["TRAIN_COLUMNS", "cpu_profile_batches", "padding_share", "training_rows"]
+
+#: The columns :func:`bertlib.bench.markdown` shows of :func:`training_rows`.
+TRAIN_COLUMNS = ["method", "tokens_per_s", "ms_per_step", "speedup_vs_trainer", "speedup_min", "speedup_max",
+                 "compile_s"]
+LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.01, 1.0  # the cpu profile's encoder learning rate (finetune_config)
+
+
+def cpu_profile_batches(tokenizer, n_batches: int, batch_size: int, max_length: int = 128, seed: int = 0,
+                        bucket_batches: int = 50) -> list[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+    """The first ``n_batches`` training batches of a ``cpu``-profile epoch, as ``(batch, labels)`` pairs: the
+    first ``max(bucket_batches, n_batches) * batch_size`` training posts (at least one bucket's worth, so the length
+    sorting is the profile's), cut to ``max_length`` tokens head + tail, batched by :func:`bertlib.data.epoch_batches`.
+    ``batch`` holds ``(batch, seq)`` tensors; ``labels`` is ``(batch,)``."""
+    from .data import load_20newsgroups
+    from .newsgroups import encode
+
+    train = load_20newsgroups("train")
+    n = min(len(train.data), max(bucket_batches, n_batches) * batch_size)
+    seqs = encode(tokenizer, list(train.data[:n]), max_length, "head_tail")
+    order = epoch_batches(np.array([len(s) for s in seqs]), batch_size, seed, 0, bucket_batches)
+    order = [idx for idx in order if len(idx) == batch_size]
+    if len(order) < n_batches:
+        raise ValueError(f"asked for {n_batches} batches of {batch_size} posts; the training split gives {len(order)}.")
+    return [(collate([seqs[i] for i in idx], tokenizer.pad_token_id, "cpu"),
+             torch.as_tensor(train.target[idx], dtype=torch.long)) for idx in order[:n_batches]]
+
+
+def padding_share(batches) -> float:
+    """The share of the batches' positions that are padding."""
+    masks = [b["attention_mask"] for b, _ in batches]
+    return 1.0 - sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
+
+
+def _bertlib_runner(pt: Pretrained, num_labels: int, attn: str, compile_: bool = False) -> Callable:
+    """A function that trains chapter 9's classifier on a list of batches, one step each, and returns the
+    ``time.perf_counter()`` at the end of every step; the model it trains is its ``.model``."""
+    from .finetune import train_step
+    from .optimization import adamw
+
+    model = BertClassifier(pt.state_dict, pt.config, num_labels, attn_implementation=attn, fused=True).train()
+    opt = adamw(model, LR, WEIGHT_DECAY)
+    net = torch.compile(model) if compile_ else model
+
+    def run(batches) -> list[float]:
+        ends = []
+        for batch, labels in batches:
+            train_step(net, batch, labels, opt, max_grad_norm=MAX_GRAD_NORM)
+            ends.append(time.perf_counter())
+        return ends
+    run.model = model
+    return run
+
+
+def _trainer_runner(pt: Pretrained, num_labels: int, device: torch.device) -> Callable:
+    """The same as :func:`_bertlib_runner` through ``transformers.Trainer.train`` on ``BertForSequenceClassification``
+    (SDPA, the same initial weights): a new ``Trainer`` per call, the batches fed in order, one per step."""
+    from torch.utils.data import SequentialSampler
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        PrinterCallback,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
+
+    labels = {i: str(i) for i in range(num_labels)}
+    config = BertConfig.from_dict({**pt.config.to_dict(), "id2label": labels,
+                                   "label2id": {v: k for k, v in labels.items()}})
+    config._attn_implementation = "sdpa"
+    model = BertForSequenceClassification(config)
+    model.bert.load_state_dict(pt.state_dict, strict=False)
+    # the classifier layer as BertClassifier initialises it (seed 0), so both rows train the same model
+    ref = BertClassifier(pt.state_dict, pt.config, num_labels)
+    model.classifier.load_state_dict(ref.classifier.state_dict())
+    model.to(device)
+    outdir = tempfile.mkdtemp(prefix="bertlib-trainer-")
+
+    class Clock(TrainerCallback):
+        def __init__(self):
+            self.ends: list[float] = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.ends.append(time.perf_counter())
+
+    class InOrder(Trainer):  # the batches in the order given, as the bertlib rows take them
+        def _get_train_sampler(self, train_dataset=None):
+            return SequentialSampler(train_dataset if train_dataset is not None else self.train_dataset)
+
+    def run(batches) -> list[float]:
+        items = [{**b, "labels": y} for b, y in batches]
+        args = TrainingArguments(
+            output_dir=outdir, per_device_train_batch_size=1, max_steps=len(items), learning_rate=LR,
+            weight_decay=WEIGHT_DECAY, max_grad_norm=MAX_GRAD_NORM, lr_scheduler_type="constant",
+            optim="adamw_torch_fused", logging_strategy="no", save_strategy="no", report_to="none",
+            disable_tqdm=True, dataloader_pin_memory=False, use_cpu=device.type == "cpu", seed=0)
+        clock = Clock()
+        with _random_states_kept():  # Trainer seeds every generator: the caller's draws stay its own
+            trainer = InOrder(model=model, args=args, train_dataset=items, data_collator=lambda one: one[0],
+                              callbacks=[clock])
+            trainer.remove_callback(PrinterCallback)  # it prints the run's summary; the rows report it
+            trainer.train()
+        return clock.ends
+    run.model = model
+    return run
+
+
+def training_rows(pt: Pretrained, device: torch.device, batches, rounds: int, steps: int, num_labels: int = 20,
+                  compile_: bool = False) -> dict:
+    """Tokens/s of one fine-tuning step by each method on ``batches`` (:func:`cpu_profile_batches`): ``rounds``
+    rounds, each taking the next ``steps`` batches through every method in turn (the first step of each untimed).
+    Returns ``{"rows": [...], "setup": {...}}``; speed-ups are over ``hf Trainer``, paired within a round."""
+    if len(batches) < rounds * steps or steps < 2:
+        raise ValueError(f"need steps >= 2 and rounds * steps = {rounds * steps} batches, got {len(batches)}.")
+    trainer = "hf Trainer (sdpa, adamw_torch_fused)"
+    runners = {trainer: _trainer_runner(pt, num_labels, device),
+               "bertlib, padded (sdpa, fused)": _bertlib_runner(pt, num_labels, "sdpa"),
+               "bertlib, padding-free": _bertlib_runner(pt, num_labels, "unpadded")}
+    compile_s = {}
+    if compile_:
+        name = "bertlib + torch.compile (sdpa, fused)"
+        runners[name] = _bertlib_runner(pt, num_labels, "sdpa", compile_=True)
+        t0 = time.perf_counter()  # compiling: the first batches' shapes (then inductor marks the length dynamic)
+        runners[name]([batches[0], batches[-1]])
+        compile_s[name] = round(time.perf_counter() - t0, 1)
+    seconds: dict[str, list[float]] = {name: [] for name in runners}
+    tokens = []
+    for r in range(rounds):
+        chunk = [(_to(b, device), y.to(device)) for b, y in batches[r * steps:(r + 1) * steps]]
+        tokens.append(sum(int(b["attention_mask"].sum()) for b, _ in chunk[1:]))
+        for name, run in runners.items():
+            ends = run(chunk)
+            seconds[name].append(ends[-1] - ends[0])
+    rows = []
+    for name, secs in seconds.items():
+        ratio = [t / s for t, s in zip(seconds[trainer], secs, strict=True)]
+        rows.append({"method": name, "tokens_per_s": round(sum(tokens) / sum(secs), 1),
+                     "ms_per_step": round(1e3 * statistics.median(secs) / (steps - 1), 1),
+                     "speedup_vs_trainer": round(statistics.median(ratio), 3), "speedup_min": round(min(ratio), 3),
+                     "speedup_max": round(max(ratio), 3), "compile_s": compile_s.get(name)})
+    setup_info = {"batch_size": int(batches[0][0]["input_ids"].shape[0]), "rounds": rounds, "steps": steps,
+                  "padding_share": round(padding_share(batches[:rounds * steps]), 4),
+                  "threads": torch.get_num_threads(), "model": pt.source}
+    return {"rows": rows, "setup": setup_info}
+
+
+@contextlib.contextmanager
+def _random_states_kept():
+    """Python's, NumPy's and torch's random states restored on exit."""
+    py, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        yield
+    random.setstate(py)
+    np.random.set_state(np_state)
+
+
+def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device) for k, v in batch.items()}

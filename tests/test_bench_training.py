@@ -1,0 +1,76 @@
+"""bertlib.bench_training (appendix 14, section 14.9): the fine-tuning step timed against ``transformers.Trainer``.
+
+The rows are only as good as what they time: the padding-free step must compute chapter 9's update, and the
+``Trainer`` row must train the same model on the same batches. Both are checked here on the tiny random BERT, with
+dropout off; the timing itself runs end to end on two small rounds.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from bertlib import bench_training as BT
+from bertlib.classifier import BertClassifier
+from bertlib.finetune import train_step
+from bertlib.optimization import adamw
+from helpers import needs_data
+
+
+def _batch(config, lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1000, config.vocab_size, (len(lengths), max(lengths)), generator=g)
+    mask = (torch.arange(max(lengths))[None] < torch.tensor(lengths)[:, None]).long()
+    ids[mask == 0] = 0
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+
+
+def _no_dropout(config):
+    return config.__class__.from_dict({**config.to_dict(), "hidden_dropout_prob": 0.0,
+                                       "attention_probs_dropout_prob": 0.0})
+
+
+def test_padding_free_step_is_the_padded_step(tiny_pretrained):
+    """One optimizer step on a batch with padding: the padding-free path's weights after it equal the padded path's."""
+    config = _no_dropout(tiny_pretrained.config)
+    batch, labels = _batch(config, [24, 9, 17]), torch.tensor([0, 3, 1])
+    after = []
+    for attn in ("sdpa", "unpadded"):
+        model = BertClassifier(tiny_pretrained.state_dict, config, 5, attn_implementation=attn, fused=True).train()
+        opt = adamw(model, BT.LR, BT.WEIGHT_DECAY)
+        loss = train_step(model, batch, labels, opt, max_grad_norm=BT.MAX_GRAD_NORM)
+        after.append((loss, dict(model.named_parameters())))
+    torch.testing.assert_close(after[1][0], after[0][0], atol=1e-6, rtol=1e-6)
+    for name, p in after[0][1].items():
+        torch.testing.assert_close(after[1][1][name], p, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_trainer_row_trains_the_same_model(tiny_pretrained):
+    """Trainer's step and chapter 9's step, from the same weights on the same batch (no dropout): the same update."""
+    pt = dataclasses.replace(tiny_pretrained, config=_no_dropout(tiny_pretrained.config))
+    batch, labels = _batch(pt.config, [20, 20, 11], seed=1), torch.tensor([4, 0, 2])
+    ours = BT._bertlib_runner(pt, 5, "sdpa")
+    theirs = BT._trainer_runner(pt, 5, torch.device("cpu"))
+    state = torch.random.get_rng_state()
+    assert len(ours([(batch, labels)])) == 1 and len(theirs([(batch, labels)])) == 1
+    assert torch.equal(torch.random.get_rng_state(), state), "the Trainer's seeding must not leak out"
+    mine, hf = ours.model, theirs.model
+    torch.testing.assert_close(hf.classifier.weight, mine.classifier.weight, atol=1e-5, rtol=1e-4)
+    for name, p in mine.bert.named_parameters():
+        torch.testing.assert_close(hf.bert.get_parameter(name), p, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.slow  # Trainer and bertlib, 2 rounds of 2 steps each
+@needs_data
+def test_training_rows_end_to_end(tiny_pretrained):
+    batches = BT.cpu_profile_batches(tiny_pretrained.tokenizer, 4, 4, max_length=32, bucket_batches=2)
+    assert all(b["input_ids"].shape[0] == 4 and b["input_ids"].shape[1] <= 32 for b, _ in batches)
+    assert 0 <= BT.padding_share(batches) < 1
+    run = BT.training_rows(tiny_pretrained, torch.device("cpu"), batches, rounds=2, steps=2, num_labels=20)
+    rows = {r["method"]: r for r in run["rows"]}
+    assert len(rows) == 3 and rows["hf Trainer (sdpa, adamw_torch_fused)"]["speedup_vs_trainer"] == 1.0
+    for r in rows.values():
+        assert r["tokens_per_s"] > 0 and r["speedup_min"] <= r["speedup_vs_trainer"] <= r["speedup_max"]
+    assert run["setup"]["rounds"] == 2 and run["setup"]["batch_size"] == 4
+    with pytest.raises(ValueError, match="batches"):
+        BT.training_rows(tiny_pretrained, torch.device("cpu"), batches, rounds=3, steps=2)
