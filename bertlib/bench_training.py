@@ -2,10 +2,10 @@
 14.9, *Training fast*).
 
 Chapter 9's trainer (:func:`bertlib.finetune.train_step`) already runs the fast kernels of the forward pass (SDPA,
-one-kernel LayerNorm and GELU) and fused AdamW, the optimizer ``Trainer`` picks by default. This module times it on
-the batches the ``cpu`` profile trains on: 20 Newsgroups training posts cut to 128 tokens (head + tail), shuffled,
-bucketed by length and batched (:func:`bertlib.data.epoch_batches`). The rows, interleaved round by round on the
-same batches (:func:`training_rows`):
+one-kernel LayerNorm and GELU) and fused AdamW, the optimizer ``Trainer`` picks by default. This module times it
+on the batches the ``cpu`` profile trains on with ``--train-windows``: every 128-token window of the 20 Newsgroups
+training posts, shuffled, bucketed by length and batched (:func:`bertlib.data.epoch_batches`). The rows,
+interleaved round by round on the same batches (:func:`training_rows`):
 
 - ``hf Trainer``: ``transformers.Trainer.train`` itself on ``BertForSequenceClassification`` (SDPA, its default
   fused AdamW), the batches fed in order; each step timed from the end of the one before (a callback), so data
@@ -37,7 +37,8 @@ from .classifier import BertClassifier
 from .data import collate, epoch_batches
 from .pretrained import Pretrained
 
-__all__ = ["TRAIN_COLUMNS", "cpu_profile_batches", "padding_share", "training_rows"]
+__all__ = ["TRAIN_COLUMNS", "cpu_profile_batches", "cpu_profile_sequences", "padding_share", "padding_shares",
+           "training_rows"]
 
 #: The columns :func:`bertlib.bench.markdown` shows of :func:`training_rows`.
 TRAIN_COLUMNS = ["method", "tokens_per_s", "ms_per_step", "speedup_vs_trainer", "speedup_min", "speedup_max",
@@ -45,30 +46,57 @@ TRAIN_COLUMNS = ["method", "tokens_per_s", "ms_per_step", "speedup_vs_trainer", 
 LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.01, 1.0  # the cpu profile's encoder learning rate (finetune_config)
 
 
-def cpu_profile_batches(tokenizer, n_batches: int, batch_size: int, max_length: int = 128, seed: int = 0,
-                        bucket_batches: int = 50) -> list[tuple[dict[str, torch.Tensor], torch.Tensor]]:
-    """The first ``n_batches`` training batches of a ``cpu``-profile epoch, as ``(batch, labels)`` pairs: the
-    first ``max(bucket_batches, n_batches) * batch_size`` training posts (at least one bucket's worth, so the length
-    sorting is the profile's), cut to ``max_length`` tokens head + tail, batched by :func:`bertlib.data.epoch_batches`.
-    ``batch`` holds ``(batch, seq)`` tensors; ``labels`` is ``(batch,)``."""
+def cpu_profile_sequences(tokenizer, n_posts: int, max_length: int = 128, windows: bool = True,
+                          stride: int = 0) -> tuple[list[list[int]], np.ndarray]:
+    """Token ids and labels of the first ``n_posts`` training posts as the ``cpu`` profile reads them: with
+    ``windows`` every window of ``max_length`` tokens, ``stride`` shared (``--train-windows``, the profile's
+    ``window_stride`` 0; :func:`bertlib.windows.encode_windows`), each labelled with its post's class; else each
+    post cut to ``max_length`` tokens, head + tail."""
     from .data import load_20newsgroups
     from .newsgroups import encode
+    from .windows import encode_windows
 
     train = load_20newsgroups("train")
-    n = min(len(train.data), max(bucket_batches, n_batches) * batch_size)
-    seqs = encode(tokenizer, list(train.data[:n]), max_length, "head_tail")
+    texts, target = list(train.data[:n_posts]), np.asarray(train.target[:n_posts])
+    if not windows:
+        return encode(tokenizer, texts, max_length, "head_tail"), target
+    seqs, post_index = encode_windows(tokenizer, texts, max_length, stride)
+    return seqs, target[post_index]
+
+
+def cpu_profile_batches(tokenizer, n_batches: int, batch_size: int, max_length: int = 128, seed: int = 0,
+                        bucket_batches: int = 50, windows: bool = True
+                        ) -> list[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+    """The first ``n_batches`` training batches of a ``cpu``-profile epoch, as ``(batch, labels)`` pairs: the
+    sequences of :func:`cpu_profile_sequences` of enough posts for at least one bucket of ``bucket_batches``
+    batches (so the length sorting is the profile's), batched by :func:`bertlib.data.epoch_batches`. ``batch``
+    holds ``(batch, seq)`` tensors; ``labels`` is ``(batch,)``."""
+    n_posts = max(bucket_batches, n_batches) * batch_size
+    seqs, labels = cpu_profile_sequences(tokenizer, n_posts, max_length, windows)
     order = epoch_batches(np.array([len(s) for s in seqs]), batch_size, seed, 0, bucket_batches)
     order = [idx for idx in order if len(idx) == batch_size]
     if len(order) < n_batches:
-        raise ValueError(f"asked for {n_batches} batches of {batch_size} posts; the training split gives {len(order)}.")
+        raise ValueError(f"asked for {n_batches} batches of {batch_size}; the training split gives {len(order)}.")
     return [(collate([seqs[i] for i in idx], tokenizer.pad_token_id, "cpu"),
-             torch.as_tensor(train.target[idx], dtype=torch.long)) for idx in order[:n_batches]]
+             torch.as_tensor(labels[idx], dtype=torch.long)) for idx in order[:n_batches]]
 
 
 def padding_share(batches) -> float:
     """The share of the batches' positions that are padding."""
     masks = [b["attention_mask"] for b, _ in batches]
     return 1.0 - sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
+
+
+def padding_shares(lengths, batch_size: int, seed: int = 0, bucket_batches: int = 50) -> dict[str, float]:
+    """The padding share of sequences of these ``lengths`` batched in dataset order, and bucketed as the trainer
+    batches them (:func:`bertlib.data.epoch_batches`): ``{"dataset_order": ..., "bucketed": ...}``."""
+    lengths = np.asarray(lengths)
+
+    def share(batches) -> float:
+        return 1.0 - lengths.sum() / sum(len(b) * lengths[b].max() for b in batches)
+    in_order = [np.arange(i, min(i + batch_size, len(lengths))) for i in range(0, len(lengths), batch_size)]
+    return {"dataset_order": float(share(in_order)),
+            "bucketed": float(share(epoch_batches(lengths, batch_size, seed, 0, bucket_batches)))}
 
 
 def _bertlib_runner(pt: Pretrained, num_labels: int, attn: str, compile_: bool = False) -> Callable:
@@ -91,9 +119,10 @@ def _bertlib_runner(pt: Pretrained, num_labels: int, attn: str, compile_: bool =
     return run
 
 
-def _trainer_runner(pt: Pretrained, num_labels: int, device: torch.device) -> Callable:
+def _trainer_runner(pt: Pretrained, num_labels: int, device: torch.device, callbacks: tuple = ()) -> Callable:
     """The same as :func:`_bertlib_runner` through ``transformers.Trainer.train`` on ``BertForSequenceClassification``
-    (SDPA, the same initial weights): a new ``Trainer`` per call, the batches fed in order, one per step."""
+    (SDPA, the same initial weights): a new ``Trainer`` per call, the batches fed in order, one per step, with
+    ``callbacks`` (``TrainerCallback`` instances) beside the clock."""
     from torch.utils.data import SequentialSampler
     from transformers import (
         BertConfig,
@@ -137,7 +166,7 @@ def _trainer_runner(pt: Pretrained, num_labels: int, device: torch.device) -> Ca
         clock = Clock()
         with _random_states_kept():  # Trainer seeds every generator: the caller's draws stay its own
             trainer = InOrder(model=model, args=args, train_dataset=items, data_collator=lambda one: one[0],
-                              callbacks=[clock])
+                              callbacks=[clock, *callbacks])
             trainer.remove_callback(PrinterCallback)  # it prints the run's summary; the rows report it
             trainer.train()
         return clock.ends

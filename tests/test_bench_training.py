@@ -9,11 +9,11 @@ import dataclasses
 
 import pytest
 import torch
+import torch.nn.functional as F
+from transformers import TrainerCallback
 
 from bertlib import bench_training as BT
 from bertlib.classifier import BertClassifier
-from bertlib.finetune import train_step
-from bertlib.optimization import adamw
 from helpers import needs_data
 
 
@@ -30,34 +30,51 @@ def _no_dropout(config):
                                        "attention_probs_dropout_prob": 0.0})
 
 
+def _gradients(model, batch, labels) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Chapter 9's loss and its gradient, clipped as train_step clips it (AdamW's first step would turn tiny
+    float differences into steps of size lr, so the gradients are compared, not the updated weights)."""
+    loss = F.cross_entropy(model(**batch), labels)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), BT.MAX_GRAD_NORM)
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
 def test_padding_free_step_is_the_padded_step(tiny_pretrained):
-    """One optimizer step on a batch with padding: the padding-free path's weights after it equal the padded path's."""
+    """A batch with padding: the padding-free path's loss and gradient equal the padded path's."""
     config = _no_dropout(tiny_pretrained.config)
     batch, labels = _batch(config, [24, 9, 17]), torch.tensor([0, 3, 1])
-    after = []
-    for attn in ("sdpa", "unpadded"):
-        model = BertClassifier(tiny_pretrained.state_dict, config, 5, attn_implementation=attn, fused=True).train()
-        opt = adamw(model, BT.LR, BT.WEIGHT_DECAY)
-        loss = train_step(model, batch, labels, opt, max_grad_norm=BT.MAX_GRAD_NORM)
-        after.append((loss, dict(model.named_parameters())))
-    torch.testing.assert_close(after[1][0], after[0][0], atol=1e-6, rtol=1e-6)
-    for name, p in after[0][1].items():
-        torch.testing.assert_close(after[1][1][name], p, atol=1e-6, rtol=1e-5, msg=name)
+    got = {attn: _gradients(BertClassifier(tiny_pretrained.state_dict, config, 5, attn_implementation=attn,
+                                           fused=True).train(), batch, labels) for attn in ("sdpa", "unpadded")}
+    torch.testing.assert_close(got["unpadded"][0], got["sdpa"][0], atol=1e-6, rtol=1e-6)
+    for name, g in got["sdpa"][1].items():
+        torch.testing.assert_close(got["unpadded"][1][name], g, atol=1e-7, rtol=1e-4, msg=name)
 
 
 def test_trainer_row_trains_the_same_model(tiny_pretrained):
-    """Trainer's step and chapter 9's step, from the same weights on the same batch (no dropout): the same update."""
+    """Trainer's step and chapter 9's, from the same weights on the same batch (no dropout): the same clipped
+    gradient reaches the optimizer."""
     pt = dataclasses.replace(tiny_pretrained, config=_no_dropout(tiny_pretrained.config))
     batch, labels = _batch(pt.config, [20, 20, 11], seed=1), torch.tensor([4, 0, 2])
     ours = BT._bertlib_runner(pt, 5, "sdpa")
-    theirs = BT._trainer_runner(pt, 5, torch.device("cpu"))
+    _, expected = _gradients(ours.model, batch, labels)
+
+    class Grab(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            self.grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    grab = Grab()
+    theirs = BT._trainer_runner(pt, 5, torch.device("cpu"), callbacks=(grab,))
     state = torch.random.get_rng_state()
-    assert len(ours([(batch, labels)])) == 1 and len(theirs([(batch, labels)])) == 1
+    assert len(theirs([(batch, labels)])) == 1
     assert torch.equal(torch.random.get_rng_state(), state), "the Trainer's seeding must not leak out"
-    mine, hf = ours.model, theirs.model
-    torch.testing.assert_close(hf.classifier.weight, mine.classifier.weight, atol=1e-5, rtol=1e-4)
-    for name, p in mine.bert.named_parameters():
-        torch.testing.assert_close(hf.bert.get_parameter(name), p, atol=1e-5, rtol=1e-4, msg=name)
+    assert set(grab.grads) == set(expected)  # BertForSequenceClassification's names are BertClassifier's
+    for name, g in expected.items():
+        torch.testing.assert_close(grab.grads[name], g, atol=1e-7, rtol=1e-4, msg=name)
+
+
+def test_padding_shares_in_dataset_order_and_bucketed():
+    shares = BT.padding_shares([1, 10, 1, 10], 2)  # in order (1, 10), (1, 10); bucketed (1, 1), (10, 10)
+    assert shares["dataset_order"] == pytest.approx(1 - 22 / 40) and shares["bucketed"] == 0.0
 
 
 @pytest.mark.slow  # Trainer and bertlib, 2 rounds of 2 steps each
