@@ -88,14 +88,16 @@ def padding_share(batches) -> float:
 
 
 def padding_shares(lengths, batch_size: int, seed: int = 0, bucket_batches: int = 50) -> dict[str, float]:
-    """The padding share of sequences of these ``lengths`` batched in dataset order, and bucketed as the trainer
-    batches them (:func:`bertlib.data.epoch_batches`): ``{"dataset_order": ..., "bucketed": ...}``."""
+    """The padding share of sequences of these ``lengths`` batched as a trainer without buckets batches them
+    (shuffled, cut into batches) and as chapter 9's trainer does (:func:`bertlib.data.epoch_batches`):
+    ``{"shuffled": ..., "bucketed": ...}``."""
     lengths = np.asarray(lengths)
 
     def share(batches) -> float:
         return 1.0 - lengths.sum() / sum(len(b) * lengths[b].max() for b in batches)
-    in_order = [np.arange(i, min(i + batch_size, len(lengths))) for i in range(0, len(lengths), batch_size)]
-    return {"dataset_order": float(share(in_order)),
+    order = np.random.default_rng([seed, 0]).permutation(len(lengths))
+    shuffled = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return {"shuffled": float(share(shuffled)),
             "bucketed": float(share(epoch_batches(lengths, batch_size, seed, 0, bucket_batches)))}
 
 
@@ -113,7 +115,7 @@ def _bertlib_runner(pt: Pretrained, num_labels: int, attn: str, compile_: bool =
         ends = []
         for batch, labels in batches:
             train_step(net, batch, labels, opt, max_grad_norm=MAX_GRAD_NORM)
-            ends.append(time.perf_counter())
+            ends.append(_now(labels.device))
         return ends
     run.model = model
     return run
@@ -138,19 +140,20 @@ def _trainer_runner(pt: Pretrained, num_labels: int, device: torch.device, callb
                                    "label2id": {v: k for k, v in labels.items()}})
     config._attn_implementation = "sdpa"
     model = BertForSequenceClassification(config)
-    model.bert.load_state_dict(pt.state_dict, strict=False)
+    missing, unexpected = model.bert.load_state_dict(pt.state_dict, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"the checkpoint does not fit BertModel: missing {missing}, unexpected {unexpected}.")
     # the classifier layer as BertClassifier initialises it (seed 0), so both rows train the same model
     ref = BertClassifier(pt.state_dict, pt.config, num_labels)
     model.classifier.load_state_dict(ref.classifier.state_dict())
     model.to(device)
-    outdir = tempfile.mkdtemp(prefix="bertlib-trainer-")
 
     class Clock(TrainerCallback):
         def __init__(self):
             self.ends: list[float] = []
 
         def on_step_end(self, args, state, control, **kwargs):
-            self.ends.append(time.perf_counter())
+            self.ends.append(_now(device))
 
     class InOrder(Trainer):  # the batches in the order given, as the bertlib rows take them
         def _get_train_sampler(self, train_dataset=None):
@@ -158,13 +161,14 @@ def _trainer_runner(pt: Pretrained, num_labels: int, device: torch.device, callb
 
     def run(batches) -> list[float]:
         items = [{**b, "labels": y} for b, y in batches]
-        args = TrainingArguments(
-            output_dir=outdir, per_device_train_batch_size=1, max_steps=len(items), learning_rate=LR,
-            weight_decay=WEIGHT_DECAY, max_grad_norm=MAX_GRAD_NORM, lr_scheduler_type="constant",
-            optim="adamw_torch_fused", logging_strategy="no", save_strategy="no", report_to="none",
-            disable_tqdm=True, dataloader_pin_memory=False, use_cpu=device.type == "cpu", seed=0)
         clock = Clock()
-        with _random_states_kept():  # Trainer seeds every generator: the caller's draws stay its own
+        with _random_states_kept(), tempfile.TemporaryDirectory() as outdir:  # Trainer seeds every generator
+            args = TrainingArguments(  # as train_step: bf16 autocast on CUDA, clipping, fused AdamW, constant lr
+                output_dir=outdir, per_device_train_batch_size=1, max_steps=len(items), learning_rate=LR,
+                weight_decay=WEIGHT_DECAY, max_grad_norm=MAX_GRAD_NORM, lr_scheduler_type="constant",
+                optim="adamw_torch_fused", logging_strategy="no", save_strategy="no", report_to="none",
+                disable_tqdm=True, dataloader_pin_memory=False, use_cpu=device.type == "cpu",
+                bf16=device.type == "cuda", seed=0)
             trainer = InOrder(model=model, args=args, train_dataset=items, data_collator=lambda one: one[0],
                               callbacks=[clock, *callbacks])
             trainer.remove_callback(PrinterCallback)  # it prints the run's summary; the rows report it
@@ -178,7 +182,8 @@ def training_rows(pt: Pretrained, device: torch.device, batches, rounds: int, st
                   compile_: bool = False) -> dict:
     """Tokens/s of one fine-tuning step by each method on ``batches`` (:func:`cpu_profile_batches`): ``rounds``
     rounds, each taking the next ``steps`` batches through every method in turn (the first step of each untimed).
-    Returns ``{"rows": [...], "setup": {...}}``; speed-ups are over ``hf Trainer``, paired within a round."""
+    Returns ``{"rows": [...], "setup": {...}, "seconds": {method: [timed seconds per round]}}``; speed-ups are over
+    ``hf Trainer``, paired within a round; the setup's ``padding_share`` and ``tokens`` are the timed batches'."""
     if len(batches) < rounds * steps or steps < 2:
         raise ValueError(f"need steps >= 2 and rounds * steps = {rounds * steps} batches, got {len(batches)}.")
     trainer = "hf Trainer (sdpa, adamw_torch_fused)"
@@ -189,16 +194,21 @@ def training_rows(pt: Pretrained, device: torch.device, batches, rounds: int, st
     if compile_:
         name = "bertlib + torch.compile (sdpa, fused)"
         runners[name] = _bertlib_runner(pt, num_labels, "sdpa", compile_=True)
-        t0 = time.perf_counter()  # compiling: the first batches' shapes (then inductor marks the length dynamic)
-        runners[name]([batches[0], batches[-1]])
+        # compiling: two batches of different lengths, so inductor marks the length dynamic before the timing
+        widths = {b["input_ids"].shape[1]: (b, y) for b, y in batches}
+        warm = [(_to(b, device), y.to(device)) for b, y in list(widths.values())[:2]]
+        t0 = time.perf_counter()
+        runners[name](warm)
         compile_s[name] = round(time.perf_counter() - t0, 1)
     seconds: dict[str, list[float]] = {name: [] for name in runners}
-    tokens = []
+    tokens, timed = [], []
+    names = list(runners)
     for r in range(rounds):
         chunk = [(_to(b, device), y.to(device)) for b, y in batches[r * steps:(r + 1) * steps]]
+        timed += chunk[1:]
         tokens.append(sum(int(b["attention_mask"].sum()) for b, _ in chunk[1:]))
-        for name, run in runners.items():
-            ends = run(chunk)
+        for name in names[r % len(names):] + names[:r % len(names)]:  # each round starts with another method
+            ends = runners[name](chunk)
             seconds[name].append(ends[-1] - ends[0])
     rows = []
     for name, secs in seconds.items():
@@ -208,9 +218,9 @@ def training_rows(pt: Pretrained, device: torch.device, batches, rounds: int, st
                      "speedup_vs_trainer": round(statistics.median(ratio), 3), "speedup_min": round(min(ratio), 3),
                      "speedup_max": round(max(ratio), 3), "compile_s": compile_s.get(name)})
     setup_info = {"batch_size": int(batches[0][0]["input_ids"].shape[0]), "rounds": rounds, "steps": steps,
-                  "padding_share": round(padding_share(batches[:rounds * steps]), 4),
+                  "padding_share": round(padding_share(timed), 4), "tokens": sum(tokens),
                   "threads": torch.get_num_threads(), "model": pt.source}
-    return {"rows": rows, "setup": setup_info}
+    return {"rows": rows, "setup": setup_info, "seconds": seconds}
 
 
 @contextlib.contextmanager
@@ -221,6 +231,13 @@ def _random_states_kept():
         yield
     random.setstate(py)
     np.random.set_state(np_state)
+
+
+def _now(device: torch.device) -> float:
+    """``time.perf_counter()`` once ``device`` has finished its queued work (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:

@@ -14,6 +14,7 @@ from transformers import TrainerCallback
 
 from bertlib import bench_training as BT
 from bertlib.classifier import BertClassifier
+from bertlib.optimization import adamw
 from helpers import needs_data
 
 
@@ -52,29 +53,54 @@ def test_padding_free_step_is_the_padded_step(tiny_pretrained):
 
 def test_trainer_row_trains_the_same_model(tiny_pretrained):
     """Trainer's step and chapter 9's, from the same weights on the same batch (no dropout): the same clipped
-    gradient reaches the optimizer."""
+    gradient reaches the same optimizer (fused AdamW, the same settings and weight-decay groups); the batches go in
+    the order given; the Trainer's seeding does not leak into the caller's generators."""
+    import random
+
+    import numpy as np
+
     pt = dataclasses.replace(tiny_pretrained, config=_no_dropout(tiny_pretrained.config))
-    batch, labels = _batch(pt.config, [20, 20, 11], seed=1), torch.tensor([4, 0, 2])
+    batches = [(_batch(pt.config, lengths, seed=i), torch.tensor([4, 0, 2]))
+               for i, lengths in enumerate([[20, 20, 11], [7, 3, 5], [13, 13, 13]])]
     ours = BT._bertlib_runner(pt, 5, "sdpa")
-    _, expected = _gradients(ours.model, batch, labels)
+    _, expected = _gradients(ours.model, *batches[0])
 
     class Grab(TrainerCallback):
-        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
-            self.grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        grads, optimizer = None, None
+
+        def on_pre_optimizer_step(self, args, state, control, model=None, optimizer=None, **kwargs):
+            if self.grads is None:  # the first step's
+                self.grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+                self.optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate wraps it
 
     grab = Grab()
     theirs = BT._trainer_runner(pt, 5, torch.device("cpu"), callbacks=(grab,))
-    state = torch.random.get_rng_state()
-    assert len(theirs([(batch, labels)])) == 1
-    assert torch.equal(torch.random.get_rng_state(), state), "the Trainer's seeding must not leak out"
+    widths = []
+    theirs.model.register_forward_pre_hook(lambda m, a, kw: widths.append(kw["input_ids"].shape[1]), with_kwargs=True)
+    states = torch.random.get_rng_state(), np.random.get_state()[1].copy(), random.getstate()
+    assert len(theirs(batches)) == 3
+    assert widths == [20, 7, 13], "the batches reach the model in the order given"
+    assert torch.equal(torch.random.get_rng_state(), states[0]), "the Trainer's seeding must not leak out"
+    assert np.array_equal(np.random.get_state()[1], states[1]) and random.getstate() == states[2]
     assert set(grab.grads) == set(expected)  # BertForSequenceClassification's names are BertClassifier's
     for name, g in expected.items():
         torch.testing.assert_close(grab.grads[name], g, atol=1e-7, rtol=1e-4, msg=name)
+    mine = adamw(ours.model, BT.LR, BT.WEIGHT_DECAY)
+    assert grab.optimizer.defaults["fused"] and type(grab.optimizer) is type(mine)
+    for key in ("lr", "betas", "eps"):
+        assert grab.optimizer.defaults[key] == mine.defaults[key], key
+    decayed = {id(p) for g in grab.optimizer.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+    names = {id(p): n for n, p in theirs.model.named_parameters()}
+    ours_decayed = {n for g in mine.param_groups if g["weight_decay"] > 0 for n, p in ours.model.named_parameters()
+                    if any(p is q for q in g["params"])}
+    assert {names[i] for i in decayed} == ours_decayed, "weight decay on the same parameters"
 
 
-def test_padding_shares_in_dataset_order_and_bucketed():
-    shares = BT.padding_shares([1, 10, 1, 10], 2)  # in order (1, 10), (1, 10); bucketed (1, 1), (10, 10)
-    assert shares["dataset_order"] == pytest.approx(1 - 22 / 40) and shares["bucketed"] == 0.0
+def test_padding_shares_shuffled_and_bucketed():
+    assert BT.padding_shares([1, 10, 1, 10], 2)["bucketed"] == 0.0  # sorted: (1, 1), (10, 10)
+    lengths = torch.randint(1, 129, (2000,), generator=torch.Generator().manual_seed(0)).numpy()
+    shares = BT.padding_shares(lengths, 8, bucket_batches=250)  # one bucket: sorted batches pad least
+    assert 0 <= shares["bucketed"] < 0.05 < shares["shuffled"]
 
 
 @pytest.mark.slow  # Trainer and bertlib, 2 rounds of 2 steps each
@@ -82,12 +108,19 @@ def test_padding_shares_in_dataset_order_and_bucketed():
 def test_training_rows_end_to_end(tiny_pretrained):
     batches = BT.cpu_profile_batches(tiny_pretrained.tokenizer, 4, 4, max_length=32, bucket_batches=2)
     assert all(b["input_ids"].shape[0] == 4 and b["input_ids"].shape[1] <= 32 for b, _ in batches)
-    assert 0 <= BT.padding_share(batches) < 1
     run = BT.training_rows(tiny_pretrained, torch.device("cpu"), batches, rounds=2, steps=2, num_labels=20)
     rows = {r["method"]: r for r in run["rows"]}
-    assert len(rows) == 3 and rows["hf Trainer (sdpa, adamw_torch_fused)"]["speedup_vs_trainer"] == 1.0
-    for r in rows.values():
-        assert r["tokens_per_s"] > 0 and r["speedup_min"] <= r["speedup_vs_trainer"] <= r["speedup_max"]
+    assert set(rows) == set(run["seconds"]) and len(rows) == 3
+    timed = [batches[1], batches[3]]  # each round's first step is not timed
+    assert run["setup"]["tokens"] == sum(int(b["attention_mask"].sum()) for b, _ in timed)
+    assert run["setup"]["padding_share"] == round(BT.padding_share(timed), 4)
+    trainer = run["seconds"]["hf Trainer (sdpa, adamw_torch_fused)"]
+    for name, r in rows.items():
+        secs = run["seconds"][name]
+        assert len(secs) == 2 and all(t > 0 for t in secs)
+        assert r["tokens_per_s"] == round(run["setup"]["tokens"] / sum(secs), 1)
+        ratios = sorted(t / s for t, s in zip(trainer, secs, strict=True))
+        assert (r["speedup_min"], r["speedup_max"]) == (round(ratios[0], 3), round(ratios[-1], 3))
     assert run["setup"]["rounds"] == 2 and run["setup"]["batch_size"] == 4
     with pytest.raises(ValueError, match="batches"):
         BT.training_rows(tiny_pretrained, torch.device("cpu"), batches, rounds=3, steps=2)
