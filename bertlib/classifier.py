@@ -140,7 +140,8 @@ class BertClassifier(nn.Module):
         words = padding_row_frozen(self._weights[WORD_EMBEDDINGS], getattr(self.config, "pad_token_id", None))
         weights = self._weights if words is self._weights[WORD_EMBEDDINGS] else ChainMap({WORD_EMBEDDINGS: words},
                                                                                            self._weights)
-        check_inputs(self.config, input_ids, attention_mask, token_type_ids)  # the weights were checked in __init__
+        if not torch.compiler.is_compiling():  # its checks read values (a graph break under torch.compile)
+            check_inputs(self.config, input_ids, attention_mask, token_type_ids)  # the weights: in __init__
         out = bert_forward(weights, self.config, input_ids, attention_mask,
                            token_type_ids, training=self.training, attn_implementation=self.attn_implementation,
                            fused=self.fused, **OUTPUTS_ONLY, check=False)

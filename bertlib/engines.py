@@ -21,6 +21,7 @@ Every engine uses ``torch.get_num_threads()`` threads, so the rows compare like 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import logging
 import time
@@ -328,7 +329,10 @@ def make_ctranslate2(model, tokenizer, workdir: str | Path, quantization: str | 
     workdir = Path(workdir)
     t0 = time.perf_counter()
     sd, w, b = _weights(model)
-    hf_dir, ct_dir = workdir / "hf-bertmodel", workdir / f"ct2-{quantization or 'float32'}"
+    # the converted model is kept, keyed by the weights: another classifier (another run) must not reuse it
+    digest = hashlib.sha1(b"".join(t.detach().cpu().contiguous().numpy().tobytes() for t in sd.values()))
+    hf_dir = workdir / f"hf-bertmodel-{digest.hexdigest()[:12]}"
+    ct_dir = workdir / f"ct2-{quantization or 'float32'}-{digest.hexdigest()[:12]}"
     if not (ct_dir / "model.bin").exists():
         hf = to_hf_model(Pretrained(state_dict=sd, config=model.config, tokenizer=tokenizer, source="classifier"),
                          "eager")

@@ -122,6 +122,19 @@ def test_ctranslate2(tiny_classifier, tiny_pretrained, batch, reference, tmp_pat
     torch.testing.assert_close(out, reference, **FP32)
 
 
+def test_ctranslate2_keeps_each_models_conversion_apart(tiny_classifier, tiny_pretrained, batch, reference, tmp_path):
+    """A converted model is cached in the work directory; another classifier's conversion must not be reused."""
+    pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install -e '.[bench]')")
+    import copy
+
+    other = copy.deepcopy(tiny_classifier)
+    with torch.no_grad():
+        other.bert.get_parameter("pooler.dense.weight").mul_(-1.0)
+    E.make_ctranslate2(other, tiny_pretrained.tokenizer, tmp_path)  # converted first, into the same directory
+    out = _run(E.make_ctranslate2(tiny_classifier, tiny_pretrained.tokenizer, tmp_path), batch)
+    torch.testing.assert_close(out, reference, **FP32)
+
+
 def test_ctranslate2_int8(tiny_classifier, tiny_pretrained, batch, reference, tmp_path):
     pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed (pip install -e '.[bench]')")
     out = _run(E.make_ctranslate2(tiny_classifier, tiny_pretrained.tokenizer, tmp_path, "int8"), batch)
