@@ -36,6 +36,7 @@ import torch
 from .classifier import BertClassifier
 from .data import collate, epoch_batches
 from .pretrained import Pretrained
+from .timing import sync
 
 __all__ = ["TRAIN_COLUMNS", "cpu_profile_batches", "cpu_profile_sequences", "padding_share", "padding_shares",
            "training_rows"]
@@ -126,26 +127,13 @@ def _trainer_runner(pt: Pretrained, num_labels: int, device: torch.device, callb
     (SDPA, the same initial weights): a new ``Trainer`` per call, the batches fed in order, one per step, with
     ``callbacks`` (``TrainerCallback`` instances) beside the clock."""
     from torch.utils.data import SequentialSampler
-    from transformers import (
-        BertConfig,
-        BertForSequenceClassification,
-        PrinterCallback,
-        Trainer,
-        TrainerCallback,
-        TrainingArguments,
-    )
+    from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
-    labels = {i: str(i) for i in range(num_labels)}
-    config = BertConfig.from_dict({**pt.config.to_dict(), "id2label": labels,
-                                   "label2id": {v: k for k, v in labels.items()}})
-    config._attn_implementation = "sdpa"
-    model = BertForSequenceClassification(config)
-    missing, unexpected = model.bert.load_state_dict(pt.state_dict, strict=False)
-    if missing or unexpected:
-        raise ValueError(f"the checkpoint does not fit BertModel: missing {missing}, unexpected {unexpected}.")
-    # the classifier layer as BertClassifier initialises it (seed 0), so both rows train the same model
-    ref = BertClassifier(pt.state_dict, pt.config, num_labels)
-    model.classifier.load_state_dict(ref.classifier.state_dict())
+    from .export import to_hf_classifier
+
+    # the classifier as BertClassifier initialises it (seed 0), in HF's class (strict load): both rows train one model
+    model = to_hf_classifier(BertClassifier(pt.state_dict, pt.config, num_labels), [str(i) for i in range(num_labels)])
+    model.set_attn_implementation("sdpa")
     model.to(device)
 
     class Clock(TrainerCallback):
@@ -201,24 +189,24 @@ def training_rows(pt: Pretrained, device: torch.device, batches, rounds: int, st
         runners[name](warm)
         compile_s[name] = round(time.perf_counter() - t0, 1)
     seconds: dict[str, list[float]] = {name: [] for name in runners}
-    tokens, timed = [], []
+    timed = []
     names = list(runners)
     for r in range(rounds):
         chunk = [(_to(b, device), y.to(device)) for b, y in batches[r * steps:(r + 1) * steps]]
         timed += chunk[1:]
-        tokens.append(sum(int(b["attention_mask"].sum()) for b, _ in chunk[1:]))
         for name in names[r % len(names):] + names[:r % len(names)]:  # each round starts with another method
             ends = runners[name](chunk)
             seconds[name].append(ends[-1] - ends[0])
+    tokens = sum(int(b["attention_mask"].sum()) for b, _ in timed)
     rows = []
     for name, secs in seconds.items():
         ratio = [t / s for t, s in zip(seconds[trainer], secs, strict=True)]
-        rows.append({"method": name, "tokens_per_s": round(sum(tokens) / sum(secs), 1),
+        rows.append({"method": name, "tokens_per_s": round(tokens / sum(secs), 1),
                      "ms_per_step": round(1e3 * statistics.median(secs) / (steps - 1), 1),
                      "speedup_vs_trainer": round(statistics.median(ratio), 3), "speedup_min": round(min(ratio), 3),
                      "speedup_max": round(max(ratio), 3), "compile_s": compile_s.get(name)})
     setup_info = {"batch_size": int(batches[0][0]["input_ids"].shape[0]), "rounds": rounds, "steps": steps,
-                  "padding_share": round(padding_share(timed), 4), "tokens": sum(tokens),
+                  "padding_share": round(padding_share(timed), 4), "tokens": tokens,
                   "threads": torch.get_num_threads(), "model": pt.source}
     return {"rows": rows, "setup": setup_info, "seconds": seconds}
 
@@ -235,8 +223,7 @@ def _random_states_kept():
 
 def _now(device: torch.device) -> float:
     """``time.perf_counter()`` once ``device`` has finished its queued work (CUDA runs asynchronously)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    sync(device)
     return time.perf_counter()
 
 
