@@ -20,7 +20,10 @@ is taken within a round and then the median over rounds. Sections:
   padding-free, int8 weights, ``torch.compile``) and the engines of :mod:`bertlib.engines` (ONNX Runtime with and
   without its transformer optimizer, OpenVINO, CTranslate2): posts/s with its min and max over rounds, paired
   speed-ups over HF's naive batches, the latency of one 128-token post, and test accuracy with its gap to fp32
-  bertlib (a row counts within 0.3 points). ``--quick`` keeps two engines (int8 and ONNX Runtime) on 64 posts.
+  bertlib (a row counts within 0.3 points; the full profile scores every row that changed a prediction again on all
+  7,532 test posts, ``--accuracy-posts``). bertlib's fastest float32 path prepacks its weights for oneDNN and applies
+  GELU inside the product (:class:`bertlib.engines.PackedLinear`). ``--quick`` keeps two engines (int8 and ONNX
+  Runtime) on 64 posts.
   An engine whose package is absent is skipped with a message (``pip install -e '.[bench]'``). int8 uses
   ``torch.ops.quantized.linear_dynamic`` (the kernel of ``torch.ao.quantization.quantize_dynamic``): measured here
   faster than ``torch._int_mm`` with hand-written (de)quantization (89 vs 153 ms, fp32 368 ms, for a
@@ -311,6 +314,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--engine-posts", type=int, default=None,
                         help="engines: the first N test posts (default: 64 at 256 tokens quick, 512 at 512 otherwise; "
                              "0: all 7,532)")
+    parser.add_argument("--accuracy-posts", type=int, default=None,
+                        help="engines: score the rows that changed a prediction again on the first N test posts "
+                             "(default: none quick, 0 = all 7,532 otherwise)")
     parser.add_argument("--probe", action="store_true",
                         help="engines: a linear probe on the pretrained encoder instead of the fine-tuned classifier")
     parser.add_argument("--engine-rounds", type=int, default=None, help="engines: rounds over the posts (2 quick, 3)")
@@ -351,7 +357,8 @@ def main(argv: list[str] | None = None) -> dict:
         n = args.engine_posts if args.engine_posts is not None else (quick_posts if args.quick else full_posts)
         result["engines"] = engine_rows(
             clf, minilm.tokenizer, label_names, device, n or None, 256 if args.quick else 512, wl_batch,
-            args.engine_rounds or (2 if args.quick else 3), QUICK_ENGINE_METHODS if args.quick else None)
+            args.engine_rounds or (2 if args.quick else 3), QUICK_ENGINE_METHODS if args.quick else None,
+            accuracy_posts=args.accuracy_posts if args.accuracy_posts is not None or args.quick else 0)
         result["engines"]["classifier"] = info
         print()
         print(markdown(result["engines"]["rows"], ENGINE_COLUMNS))

@@ -8,7 +8,9 @@ raise :class:`EngineUnavailable` with a message saying what to install (``pip in
 - :func:`make_bertlib`: :func:`bertlib.bert_forward` (sdpa or padding-free) + the classifier layer;
 - :func:`make_compiled`: the same function under ``torch.compile`` (inductor on CPU, dynamic shapes);
 - :func:`make_int8`: the same function with every encoder ``Linear`` weight stored in int8
-  (:class:`Int8Linear`: PyTorch's dynamic quantization kernel, activations quantized per call);
+  (:class:`~bertlib.fast_linear.Int8Linear`: PyTorch's dynamic quantization kernel, activations quantized per call);
+- :func:`make_packed`: the same function (padding-free) with float32 weights prepacked for oneDNN and GELU applied
+  inside the feed-forward's first product (:class:`~bertlib.fast_linear.PackedLinear`);
 - :func:`make_onnx` / :func:`make_ort`: bertlib's forward exported to ONNX, run by ONNX Runtime, with or without
   its transformer optimizer (``onnxruntime.transformers.optimizer``: attention, LayerNorm and GELU fusion);
 - :func:`make_openvino`: the ONNX file compiled by OpenVINO for the CPU (float32);
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .encoder import OUTPUTS_ONLY, bert_forward
+from .fast_linear import ONEDNN_ACTIVATIONS, Int8Linear, PackedLinear, pack_weights, quantize_weights
 
 
 @contextlib.contextmanager
@@ -52,9 +55,10 @@ def quiet_export():
     finally:
         logger.setLevel(level)
 
-__all__ = ["ENGINES", "Engine", "EngineUnavailable", "HFLogitsModule", "Int8Linear", "LogitsModule",
-           "classifier_logits", "export_onnx", "make_bertlib", "make_compiled", "make_ctranslate2", "make_int8",
-           "make_openvino", "make_ort", "quantize_weights", "require"]
+__all__ = ["Engine", "EngineUnavailable", "HFLogitsModule", "Int8Linear", "LogitsModule",
+           "ONEDNN_ACTIVATIONS", "PackedLinear", "classifier_logits", "export_onnx", "make_bertlib", "make_compiled",
+           "make_ctranslate2", "make_int8", "make_openvino", "make_ort", "make_packed", "pack_weights",
+           "quantize_weights", "require"]
 
 
 class EngineUnavailable(RuntimeError):
@@ -143,54 +147,18 @@ def make_compiled(model, attn_implementation: str = "sdpa", warmup: tuple[torch.
                   "C++ loops; matmuls stay library calls")
 
 
-class Int8Linear:
-    """A ``Linear`` weight stored in int8 (one scale per output row) for ``F.linear``: any ``F.linear(x, w, b)``
-    with ``w`` an ``Int8Linear`` runs PyTorch's dynamic-quantization kernel (``torch.ops.quantized.linear_dynamic``,
-    fbgemm/oneDNN): ``x`` is quantized to 8 bits per call, the product accumulates in int32 and is scaled back to
-    float32. The functions of bertlib call ``F.linear(x, state_dict[name], ...)``, so a state dict holding these
-    objects runs bertlib's own forward pass in int8 (``__torch_function__`` is how PyTorch lets a type take over an
-    operation)."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        w = weight.detach().float().contiguous()
-        scales = w.abs().amax(dim=1).clamp(min=1e-8) / 127.0
-        zeros = torch.zeros(w.shape[0], dtype=torch.long)
-        with warnings.catch_warnings():  # quantized tensors are deprecated in torch; their kernels are not yet
-            warnings.simplefilter("ignore", UserWarning)
-            q = torch.quantize_per_channel(w, scales.double(), zeros, 0, torch.qint8)
-        self.packed = torch.ops.quantized.linear_prepack(q, None if bias is None else bias.detach().float())
-        self.shape, self.dtype, self.device = weight.shape, weight.dtype, weight.device
-        self.nbytes = w.numel()  # one byte per weight
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is F.linear:
-            x, w = args[0], args[1]
-            # the bias was packed with the weight (the bias argument is the Int8Linear's own bias)
-            return torch.ops.quantized.linear_dynamic(x.contiguous(), w.packed, reduce_range=False)
-        raise TypeError(f"Int8Linear supports F.linear only, not {func}")
-
-
-class _PackedBias:
-    """Stands in for a bias packed into its :class:`Int8Linear` (``F.linear`` receives it and ignores it)."""
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        return Int8Linear.__torch_function__(func, types, args, kwargs)
-
-
-def quantize_weights(sd: dict[str, torch.Tensor]) -> dict:
-    """``sd`` with every encoder and pooler ``Linear`` weight replaced by an :class:`Int8Linear` (its bias packed
-    in); embeddings and LayerNorms stay float32."""
-    out = dict(sd)
-    for name, w in sd.items():
-        if w.dim() == 2 and name.endswith(".weight") and not name.startswith("embeddings."):
-            bias = name.removesuffix(".weight") + ".bias"
-            out[name] = Int8Linear(w, sd.get(bias))
-            if bias in sd:
-                out[bias] = _PackedBias()
-    return out
+def make_packed(model, attn_implementation: str = "unpadded") -> Engine:
+    """bertlib's forward pass (float32) with its ``Linear`` weights prepacked for oneDNN and GELU applied inside the
+    feed-forward's first product (:func:`pack_weights`)."""
+    if not torch.backends.mkldnn.is_available():
+        raise EngineUnavailable("this PyTorch build has no oneDNN (mkldnn) kernels")
+    sd, w, b = _weights(model)
+    t0 = time.perf_counter()
+    config = model.config
+    packed = pack_weights(sd, config)
+    return Engine(f"bertlib {attn_implementation}, prepacked weights", lambda ids, m: classifier_logits(
+        packed, w, b, config, ids, m, attn_implementation), time.perf_counter() - t0,
+        "float32 weights reordered once for oneDNN (mkldnn._linear_pointwise); GELU applied inside the product")
 
 
 def make_int8(model, attn_implementation: str = "sdpa") -> Engine:
@@ -355,7 +323,3 @@ def make_ctranslate2(model, tokenizer, workdir: str | Path, quantization: str | 
     return Engine("CTranslate2" + (f" {quantization}" if quantization else ""), fn, time.perf_counter() - t0,
                   "TransformersConverter(BertModel) -> Encoder.forward_batch (unpadded lists of ids)")
 
-
-#: Engine rows of the workload, in order: name -> (builder, which profile runs it)
-ENGINES = ["bertlib padding-free + torch.compile", "bertlib padding-free int8", "ONNX Runtime",
-           "ONNX Runtime + transformer optimizer", "ONNX Runtime int8", "OpenVINO", "CTranslate2", "CTranslate2 int8"]

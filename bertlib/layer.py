@@ -91,9 +91,10 @@ def feed_forward(
     Defined in chapter 6, *The encoder layer* (HF ``BertIntermediate`` + ``BertOutput``).
     """
     p = f"encoder.layer.{layer}."
-    act = activation(config.hidden_act, fused=fused)
-    h = F.linear(attention_out, state_dict[p + "intermediate.dense.weight"], state_dict[p + "intermediate.dense.bias"])
-    h = act(h)
+    w1, b1 = state_dict[p + "intermediate.dense.weight"], state_dict[p + "intermediate.dense.bias"]
+    h = F.linear(attention_out, w1, b1)
+    if getattr(w1, "activation", None) != config.hidden_act:  # a prepacked weight may apply it itself (appendix 14)
+        h = activation(config.hidden_act, fused=fused)(h)
     h = F.linear(h, state_dict[p + "output.dense.weight"], state_dict[p + "output.dense.bias"])
     h = F.dropout(h, config.hidden_dropout_prob, training)
     gamma, beta = state_dict[p + "output.LayerNorm.weight"], state_dict[p + "output.LayerNorm.bias"]

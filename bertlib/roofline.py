@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["KIND_OF_ATEN", "Machine", "Op", "int8_gain", "layer_ops", "measure_machine", "predict", "profile_layer_ops"]
+__all__ = ["KIND_OF_ATEN", "Machine", "Op", "int8_gain", "layer_ops", "measure_machine", "packed_gain", "predict",
+           "profile_layer_ops"]
 
 
 @dataclass
@@ -177,3 +178,16 @@ def int8_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
     fp32 = _best_seconds(lambda: torch.nn.functional.linear(x, w), rounds)
     int8 = _best_seconds(lambda: torch.ops.quantized.linear_dynamic(x, packed, reduce_range=False), rounds)
     return fp32 / int8
+
+
+def packed_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
+    """How many times faster an ``(m, k) @ (k, n)`` float32 product runs with its weight prepacked for oneDNN
+    (:class:`bertlib.engines.PackedLinear`) than through a plain ``F.linear``, at that shape: best time of
+    ``rounds`` each. Appendix 14, *The engines people serve BERT with*."""
+    from .fast_linear import PackedLinear
+
+    g = torch.Generator().manual_seed(0)
+    x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
+    packed = PackedLinear(w)
+    plain = _best_seconds(lambda: torch.nn.functional.linear(x, w), rounds)
+    return plain / _best_seconds(lambda: torch.nn.functional.linear(x, packed), rounds)

@@ -67,6 +67,31 @@ def test_padding_free(tiny_classifier, batch, reference):
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "unpadded"])
+def test_prepacked_weights(tiny_classifier, batch, reference, attn):
+    engine = E.make_packed(tiny_classifier, attn)
+    torch.testing.assert_close(_run(engine, batch), reference, **FP32)
+    config = tiny_classifier.config
+    sd = E.pack_weights({k: v.detach() for k, v in tiny_classifier.bert.named_parameters()}, config)
+    packed = {k: v for k, v in sd.items() if isinstance(v, E.PackedLinear)}
+    assert len(packed) == 6 * config.num_hidden_layers + 1  # Q, K, V, output, FFN in/out; the pooler
+    assert all(p.packed.is_mkldnn for p in packed.values())  # the weights really were reordered for oneDNN
+    fused = {k for k, v in packed.items() if v.activation == config.hidden_act}
+    assert fused == {f"encoder.layer.{i}.intermediate.dense.weight" for i in range(config.num_hidden_layers)}
+
+
+@pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
+def test_prepacked_weight_applies_its_activation(act):
+    from bertlib.layer import activation
+
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(2, 7, 16, generator=g), torch.randn(24, 16, generator=g), torch.randn(24, generator=g)
+    torch.testing.assert_close(torch.nn.functional.linear(x, E.PackedLinear(w, act), b),
+                               activation(act)(torch.nn.functional.linear(x, w, b)), **FP32)
+    with pytest.raises(ValueError, match="oneDNN fuses"):
+        E.PackedLinear(w, "swish")
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "unpadded"])
 def test_int8_weights(tiny_classifier, batch, reference, attn):
     out = _run(E.make_int8(tiny_classifier, attn), batch)
     spread = (reference.max() - reference.min()).item()
@@ -166,15 +191,50 @@ def test_engine_rows_time_every_method_and_score_it(tiny_pretrained, tmp_path):
     model = BertClassifier(tiny_pretrained.state_dict, tiny_pretrained.config, len(names), attn_implementation="sdpa",
                            fused=True).eval()
     run = engine_rows(model, tiny_pretrained.tokenizer, names, torch.device("cpu"), 8, 32, 4, rounds=2,
-                      engines=["bertlib padding-free int8, length-sorted"], workdir=tmp_path, latency_repeats=1,
-                      core=False)
+                      engines=["bertlib padding-free int8, length-sorted",
+                               "bertlib padding-free, prepacked weights, length-sorted"],
+                      workdir=tmp_path, latency_repeats=1, core=False, accuracy_posts=16)
     rows = {r["method"]: r for r in run["rows"]}
     assert set(rows) == {"hf-sdpa, naive batches", "bertlib padding-free, length-sorted",
-                         "bertlib padding-free int8, length-sorted"}
+                         "bertlib padding-free int8, length-sorted",
+                         "bertlib padding-free, prepacked weights, length-sorted"}
+    assert rows["bertlib padding-free, prepacked weights, length-sorted"]["max_abs_logit_diff"] < 1e-3
     assert run["setup"]["posts"] == 8 and run["setup"]["max_length"] == 32 and run["skipped"] == {}
     ref = rows["bertlib padding-free, length-sorted"]
     assert ref["delta_points"] == 0 and ref["counts"] and ref["agree_with_fp32"] == 1.0
     assert rows["hf-sdpa, naive batches"]["max_abs_logit_diff"] < 1e-3  # HF's classifier: the same logits
-    for r in rows.values():
+    for r in rows.values():  # scored again on 16 posts only if a prediction changed on the 8 timed ones
+        assert r["accuracy_posts"] == 16 or (r["accuracy_posts"] == 8 and r["agree_with_fp32"] == 1.0)
         assert r["posts"] == 8 and r["rounds"] == 2 and r["posts_per_s"] > 0 and r["latency_ms_128"] > 0
         assert r["speedup_min"] <= r["speedup_vs_hf_naive"] <= r["speedup_max"]
+
+
+def test_rows_that_changed_predictions_are_scored_again_on_more_posts(tiny_pretrained):
+    """engine_rows' accuracy pass (accuracy_posts): the reference and each row that changed a prediction on the
+    timed posts classify the larger set; those rows' accuracy fields come from it, the other rows keep theirs."""
+    from bertlib.bench_engines import _score_again
+
+    ref_name, n_labels = "bertlib padding-free, length-sorted", 4
+
+    def ref_fn(ids, mask):  # a deterministic "classifier": the class is the number of real tokens mod 4
+        return torch.nn.functional.one_hot(mask.sum(1) % n_labels, n_labels).float()
+
+    def flip_fn(ids, mask):  # the same, but class 0 becomes class 1
+        logits = ref_fn(ids, mask)
+        return torch.where((logits.argmax(-1) == 0)[:, None], logits.roll(1, dims=1), logits)
+
+    texts = [" ".join(["word"] * n) for n in range(1, 25)]
+    ref_pred = torch.tensor([(min(n, 30) + 2) % n_labels for n in range(1, 25)])  # [CLS] and [SEP] count too
+    labels = torch.where(torch.arange(24) % 2 == 0, ref_pred, (ref_pred + 1) % n_labels)  # fp32 right on half
+    methods = {ref_name: (None, ref_fn), "flips": (None, flip_fn), "same": (None, ref_fn)}
+    rows = [{"method": ref_name, "agree_with_fp32": 1.0}, {"method": "flips", "agree_with_fp32": 0.9},
+            {"method": "same", "agree_with_fp32": 1.0}]
+    _score_again(rows, methods, (texts, labels), n_labels, tiny_pretrained.tokenizer, 32, 5, torch.device("cpu"))
+    flips = rows[1]
+    flipped = ref_pred == 0
+    assert flips["accuracy_posts"] == 24 and flips["changed"] == int(flipped.sum()) > 0
+    assert flips["fixed"] == int((flipped & (labels == 1)).sum())
+    assert flips["broken"] == int((flipped & (labels == 0)).sum())
+    assert flips["delta_points"] == round(100 * (flips["fixed"] - flips["broken"]) / 24, 2)
+    assert flips["counts"] == (abs(flips["delta_points"]) <= 0.3)
+    assert "accuracy_posts" not in rows[0] and "accuracy_posts" not in rows[2]  # unchanged rows keep their fields
