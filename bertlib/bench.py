@@ -22,8 +22,8 @@ is taken within a round and then the median over rounds. Sections:
   speed-ups over HF's naive batches, the latency of one 128-token post, and test accuracy with its gap to fp32
   bertlib (a row counts within 0.3 points; the full profile scores every row that changed a prediction again on all
   7,532 test posts, ``--accuracy-posts``). bertlib's fastest float32 path prepacks its weights for oneDNN and applies
-  GELU inside the product (:class:`bertlib.engines.PackedLinear`). ``--quick`` keeps two engines (int8 and ONNX
-  Runtime) on 64 posts.
+  GELU inside the product (:class:`bertlib.fast_linear.PackedLinear`). ``--quick`` keeps int8, prepacked weights and
+  ONNX Runtime with its optimizer, on 64 posts.
   An engine whose package is absent is skipped with a message (``pip install -e '.[bench]'``). int8 uses
   ``torch.ops.quantized.linear_dynamic`` (the kernel of ``torch.ao.quantization.quantize_dynamic``): measured here
   faster than ``torch._int_mm`` with hand-written (de)quantization (89 vs 153 ms, fp32 368 ms, for a
@@ -68,6 +68,7 @@ from .bench_engines import (  # noqa: F401
 )
 from .data import length_sorted_batches
 from .encoder import OUTPUTS_ONLY, bert_forward
+from .fast_linear import pack_weights
 from .pretrained import Pretrained, load_pretrained, to_hf_model
 from .runtime import progress_enabled, seeded, setup
 from .timing import keep_freed_memory, paired_ratio, peak_memory_mb, time_interleaved, time_rounds, timed
@@ -147,6 +148,8 @@ def grid_rows(name: str, pt: Pretrained, device: torch.device, shapes, dtypes, r
     hf = {impl: to_hf_model(pt, impl) for impl in ("eager", "sdpa")}
     peak_tflops = gpu_peak_tflops(device)
     compiled = torch.compile(outputs_only, dynamic=False) if compile_ and device.type == "cuda" else None
+    # bertlib's float32 weights prepacked for oneDNN, GELU inside the product (CPU only: oneDNN's kernels)
+    packed = pack_weights(sd, config) if device.type == "cpu" and torch.backends.mkldnn.is_available() else None
 
     def run(dtype, fn, *args, **kwargs):
         """``fn(*args, **kwargs)`` under inference mode and (below float32) autocast to ``dtype``, as a thunk."""
@@ -169,6 +172,9 @@ def grid_rows(name: str, pt: Pretrained, device: torch.device, shapes, dtypes, r
                 "bertlib-eager-formulas": run(dtype, outputs_only, sd, config, ids, mask),
                 "bertlib-sdpa": run(dtype, outputs_only, sd, config, ids, mask, attn_implementation="sdpa", fused=True),
             }
+            if packed is not None and dtype == torch.float32:
+                impls["bertlib-sdpa-prepacked"] = run(dtype, outputs_only, packed, config, ids, mask,
+                                                      attn_implementation="sdpa", fused=True)
             if head_loop:
                 impls["bertlib-head-loop"] = run(dtype, head_loop_forward, sd, config, ids, mask)
             if compiled is not None:

@@ -77,19 +77,24 @@ ONEDNN_ACTIVATIONS = {"gelu": ("gelu", [], "none"), "gelu_new": ("gelu", [], "ta
 
 
 class PackedLinear:
-    """A float32 ``Linear`` weight reordered once into oneDNN's blocked layout (``mkldnn._reorder_linear_weight``):
-    any ``F.linear(x, w, b)`` with ``w`` a ``PackedLinear`` runs ``torch.ops.mkldnn._linear_pointwise`` on it. The
-    product is the same to float32 rounding; what is saved is the rearranging of ``W`` into the kernel's blocks,
-    which a plain ``F.linear`` repeats inside every call. Inductor's ``freezing`` and OpenVINO do this at load time
-    too. With ``activation`` (a ``config.hidden_act`` in :data:`ONEDNN_ACTIVATIONS`) the kernel also applies that
-    activation to each block of the result before writing it out, so ``F.linear`` returns ``act(x W^T + b)``:
-    :func:`bertlib.feed_forward` checks ``w.activation`` and then skips its own ``act``."""
+    """A float32 ``Linear`` weight reordered once into the blocked layout of oneDNN's matrix kernel
+    (``mkldnn._reorder_linear_weight``): any ``F.linear(x, w, b)`` with ``w`` a ``PackedLinear`` runs
+    ``torch.ops.mkldnn._linear_pointwise`` on it. Two things change against a plain float32 ``F.linear``, which
+    calls the BLAS ``sgemm`` (MKL here) and lets it copy blocks of ``W`` inside every call: the library, and that
+    copy, now done once. The product is the same to float32 rounding. Inductor's ``freezing`` and OpenVINO also
+    prepare their weights at load time. With ``activation`` (a ``config.hidden_act`` in :data:`ONEDNN_ACTIVATIONS`)
+    the kernel also applies that activation to each block of the result before writing it out, so ``F.linear``
+    returns ``act(x W^T + b)``: :func:`bertlib.feed_forward` then skips its own ``act``. Inference only, on the CPU,
+    in eager mode (the oneDNN op has no gradient)."""
 
     def __init__(self, weight: torch.Tensor, activation: str | None = None):
         if not torch.backends.mkldnn.is_available():
-            raise RuntimeError("this PyTorch build has no oneDNN (mkldnn) kernels")
+            raise RuntimeError("this PyTorch build has no oneDNN (mkldnn) kernels; use the weights as they are")
+        if weight.device.type != "cpu":
+            raise ValueError(f"PackedLinear is for the CPU (oneDNN); this weight is on {weight.device}")
         if activation is not None and activation not in ONEDNN_ACTIVATIONS:
-            raise ValueError(f"oneDNN fuses {sorted(ONEDNN_ACTIVATIONS)}, not {activation!r}; pass activation=None")
+            raise ValueError(f"bertlib applies {sorted(ONEDNN_ACTIVATIONS)} inside the product, not {activation!r}; "
+                             "pass activation=None")
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().float().contiguous(), None)
         self.activation = activation
         self.post_op = ONEDNN_ACTIVATIONS[activation] if activation else ("none", [], "")
@@ -97,19 +102,21 @@ class PackedLinear:
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if func is F.linear:
-            x, w = args[0], args[1]
-            bias = args[2] if len(args) > 2 else (kwargs or {}).get("bias")
-            return torch.ops.mkldnn._linear_pointwise(x, w.packed, bias, *w.post_op)
-        raise TypeError(f"PackedLinear supports F.linear only, not {func}")
+        if func is not F.linear:
+            raise TypeError(f"PackedLinear supports F.linear only, not {func}")
+        params = dict(zip(("input", "weight", "bias"), args, strict=False)) | (kwargs or {})
+        x, w = params["input"], params["weight"]
+        if x.dtype != torch.float32:
+            raise TypeError(f"PackedLinear multiplies float32 inputs, not {x.dtype}: run it outside autocast")
+        return torch.ops.mkldnn._linear_pointwise(x, w.packed, params.get("bias"), *w.post_op)
 
 
 def pack_weights(sd: dict[str, torch.Tensor], config=None) -> dict:
-    """``sd`` with every encoder and pooler ``Linear`` weight replaced by a :class:`PackedLinear` (float32). Given
-    ``config``, each feed-forward's first weight also applies ``config.hidden_act`` inside its product (when oneDNN
-    has that activation)."""
+    """``sd`` with every ``Linear`` weight of the encoder and the pooler (``encoder.*``, ``pooler.*``) replaced by a
+    :class:`PackedLinear` (float32). Given ``config``, each feed-forward's first weight also applies
+    ``config.hidden_act`` inside its product (when it is one of :data:`ONEDNN_ACTIVATIONS`)."""
     act = getattr(config, "hidden_act", None)
     act = act if act in ONEDNN_ACTIVATIONS else None
     return {name: PackedLinear(w, act if name.endswith("intermediate.dense.weight") else None)
-            if w.dim() == 2 and name.endswith(".weight") and not name.startswith("embeddings.") else w
+            if w.dim() == 2 and name.endswith(".weight") and name.startswith(("encoder.", "pooler.")) else w
             for name, w in sd.items()}

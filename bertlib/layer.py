@@ -93,8 +93,12 @@ def feed_forward(
     p = f"encoder.layer.{layer}."
     w1, b1 = state_dict[p + "intermediate.dense.weight"], state_dict[p + "intermediate.dense.bias"]
     h = F.linear(attention_out, w1, b1)
-    if getattr(w1, "activation", None) != config.hidden_act:  # a prepacked weight may apply it itself (appendix 14)
+    applied = getattr(w1, "activation", None)  # a prepacked weight may apply it inside the product (appendix 14)
+    if applied is None:
         h = activation(config.hidden_act, fused=fused)(h)
+    elif applied != config.hidden_act:
+        raise ValueError(f"layer {layer}'s feed-forward weight applies {applied!r} but config.hidden_act is "
+                         f"{config.hidden_act!r}; pack the weights with this config (bertlib.fast_linear.pack_weights)")
     h = F.linear(h, state_dict[p + "output.dense.weight"], state_dict[p + "output.dense.bias"])
     h = F.dropout(h, config.hidden_dropout_prob, training)
     gamma, beta = state_dict[p + "output.LayerNorm.weight"], state_dict[p + "output.LayerNorm.bias"]

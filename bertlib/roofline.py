@@ -182,7 +182,7 @@ def int8_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
 
 def packed_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
     """How many times faster an ``(m, k) @ (k, n)`` float32 product runs with its weight prepacked for oneDNN
-    (:class:`bertlib.engines.PackedLinear`) than through a plain ``F.linear``, at that shape: best time of
+    (:class:`bertlib.fast_linear.PackedLinear`) than through a plain ``F.linear``, at that shape: best time of
     ``rounds`` each. Appendix 14, *The engines people serve BERT with*."""
     from .fast_linear import PackedLinear
 

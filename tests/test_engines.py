@@ -66,6 +66,10 @@ def test_padding_free(tiny_classifier, batch, reference):
     torch.testing.assert_close(_run(E.make_bertlib(tiny_classifier, "unpadded"), batch), reference, **FP32)
 
 
+needs_onednn = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this PyTorch")
+
+
+@needs_onednn
 @pytest.mark.parametrize("attn", ["sdpa", "unpadded"])
 def test_prepacked_weights(tiny_classifier, batch, reference, attn):
     engine = E.make_packed(tiny_classifier, attn)
@@ -79,6 +83,7 @@ def test_prepacked_weights(tiny_classifier, batch, reference, attn):
     assert fused == {f"encoder.layer.{i}.intermediate.dense.weight" for i in range(config.num_hidden_layers)}
 
 
+@needs_onednn
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
 def test_prepacked_weight_applies_its_activation(act):
     from bertlib.layer import activation
@@ -87,8 +92,29 @@ def test_prepacked_weight_applies_its_activation(act):
     x, w, b = torch.randn(2, 7, 16, generator=g), torch.randn(24, 16, generator=g), torch.randn(24, generator=g)
     torch.testing.assert_close(torch.nn.functional.linear(x, E.PackedLinear(w, act), b),
                                activation(act)(torch.nn.functional.linear(x, w, b)), **FP32)
-    with pytest.raises(ValueError, match="oneDNN fuses"):
+    torch.testing.assert_close(torch.nn.functional.linear(input=x, weight=E.PackedLinear(w), bias=b),
+                               torch.nn.functional.linear(x, w, b), **FP32)  # keywords too
+    with pytest.raises(ValueError, match="inside the product, not 'swish'"):
         E.PackedLinear(w, "swish")
+    with pytest.raises(TypeError, match="float32 inputs"):
+        torch.nn.functional.linear(x.bfloat16(), E.PackedLinear(w), b)
+
+
+@needs_onednn
+def test_feed_forward_with_prepacked_weights_applies_the_activation_once(tiny_classifier):
+    """An activation oneDNN is not asked to fuse (silu) stays in feed_forward; a weight packed for another
+    activation than the config's is refused, not applied twice."""
+    from bertlib.layer import feed_forward
+
+    config = tiny_classifier.config
+    sd = {k: v.detach() for k, v in tiny_classifier.bert.named_parameters()}
+    x = torch.randn(2, 5, config.hidden_size, generator=torch.Generator().manual_seed(0))
+    silu = type(config)(**{**config.to_dict(), "hidden_act": "silu"})
+    packed = E.pack_weights(sd, silu)
+    assert packed["encoder.layer.0.intermediate.dense.weight"].activation is None
+    torch.testing.assert_close(feed_forward(packed, silu, x), feed_forward(sd, silu, x), **FP32)
+    with pytest.raises(ValueError, match="applies 'gelu' but config.hidden_act is 'silu'"):
+        feed_forward(E.pack_weights(sd, config), silu, x)
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "unpadded"])
@@ -224,17 +250,19 @@ def test_rows_that_changed_predictions_are_scored_again_on_more_posts(tiny_pretr
         return torch.where((logits.argmax(-1) == 0)[:, None], logits.roll(1, dims=1), logits)
 
     texts = [" ".join(["word"] * n) for n in range(1, 25)]
-    ref_pred = torch.tensor([(min(n, 30) + 2) % n_labels for n in range(1, 25)])  # [CLS] and [SEP] count too
+    ref_pred = torch.tensor([(n + 2) % n_labels for n in range(1, 25)])  # [CLS] and [SEP] count too
     labels = torch.where(torch.arange(24) % 2 == 0, ref_pred, (ref_pred + 1) % n_labels)  # fp32 right on half
     methods = {ref_name: (None, ref_fn), "flips": (None, flip_fn), "same": (None, ref_fn)}
-    rows = [{"method": ref_name, "agree_with_fp32": 1.0}, {"method": "flips", "agree_with_fp32": 0.9},
-            {"method": "same", "agree_with_fp32": 1.0}]
-    _score_again(rows, methods, (texts, labels), n_labels, tiny_pretrained.tokenizer, 32, 5, torch.device("cpu"))
+    rows = [{"method": ref_name, "changed": 0}, {"method": "flips", "changed": 1}, {"method": "same", "changed": 0}]
+    ref_acc = _score_again(rows, methods, (texts, labels), n_labels, tiny_pretrained.tokenizer, 32, 5,
+                           torch.device("cpu"))
+    assert ref_acc == 0.5  # fp32 is right on half the posts, by construction
     flips = rows[1]
     flipped = ref_pred == 0
     assert flips["accuracy_posts"] == 24 and flips["changed"] == int(flipped.sum()) > 0
     assert flips["fixed"] == int((flipped & (labels == 1)).sum())
     assert flips["broken"] == int((flipped & (labels == 0)).sum())
     assert flips["delta_points"] == round(100 * (flips["fixed"] - flips["broken"]) / 24, 2)
+    assert flips["accuracy"] == round(0.5 + (flips["fixed"] - flips["broken"]) / 24, 4)
     assert flips["counts"] == (abs(flips["delta_points"]) <= 0.3)
     assert "accuracy_posts" not in rows[0] and "accuracy_posts" not in rows[2]  # unchanged rows keep their fields

@@ -182,14 +182,32 @@ def test_unpadded_left_padding_equals_padded(pretrained):
     assert (out.last_hidden_state[~m] == 0).all()
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this PyTorch")
+def test_prepacked_weights_compute_the_same_forward_pass():
+    """The grid's bertlib-sdpa-prepacked row computes what bertlib-sdpa computes (padding included)."""
+    from bertlib.fast_linear import pack_weights
+
+    sd, config, _ = random_model(0)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, config.vocab_size, (2, 16), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    with torch.inference_mode():
+        ref = bench.outputs_only(sd, config, ids, mask, attn_implementation="sdpa", fused=True)
+        out = bench.outputs_only(pack_weights(sd, config), config, ids, mask, attn_implementation="sdpa", fused=True)
+    assert_close(out.last_hidden_state, ref.last_hidden_state, **F32)
+    assert_close(out.pooler_output, ref.pooler_output, **F32)
+
+
 def test_bench_grid_rows_tiny():
     sd, config, _ = random_model(0)
     pt = bertlib.Pretrained(state_dict=sd, config=config, tokenizer=None, source="random tiny")
     rows = bench.grid_rows("tiny", pt, torch.device("cpu"), [(2, 16)], ["float32"], repeats=1, head_loop=True,
                            compile_=False)
     impls = {r.impl for r in rows}
+    packed = {"bertlib-sdpa-prepacked"} if torch.backends.mkldnn.is_available() else set()  # oneDNN's CPU kernels
     assert impls == {"hf-eager", "hf-sdpa", "bertlib-eager", "bertlib-eager-formulas", "bertlib-sdpa",
-                     "bertlib-head-loop"}
+                     "bertlib-head-loop"} | packed
     assert all(r.ms > 0 and r.tokens_per_s > 0 for r in rows)
     ms = {r.impl: r.ms for r in rows}
     for r in rows:  # each ratio is over the row it names; the reported figures are rounded to 3 decimals
