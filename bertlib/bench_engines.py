@@ -5,8 +5,10 @@ of :mod:`bertlib.engines`, interleaved batch by batch over rounds. :mod:`bertlib
 
 from __future__ import annotations
 
+import gc
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from .data import collate, length_sorted_batches
 from .encoder import FAST, bert_forward
 from .pretrained import Pretrained
 from .runtime import progress_enabled, seeded
-from .timing import keep_freed_memory, time_rounds, timed
+from .timing import keep_freed_memory, release_freed_memory, time_rounds, timed
 
 #: A row ``counts`` when its accuracy is within this many percentage points of fp32 bertlib's.
 COUNTS_WITHIN_POINTS = 0.3
@@ -155,15 +157,20 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
     skipped: dict[str, str] = {}
     longest = np.argsort(lengths, kind="stable")[-batch_size:].tolist()
     warm = next(padded_batches(enc, [longest], pad, device))[1:]
-    builders = _engine_builders(model, hf, tokenizer, label_names, naive, by_length, warm, workdir, device)
-    for name in (ENGINE_METHODS if engines is None else engines):
-        try:
-            t0 = time.perf_counter()
-            methods[name] = builders[name]()
-            methods[name][1].prepare_s = round(time.perf_counter() - t0, 1)
-        except E.EngineUnavailable as e:
-            skipped[name] = str(e)
-            print(f"bench: skipping {name}: {e}")
+    workdir.mkdir(parents=True, exist_ok=True)
+    # this run's own ONNX files: two runs at once (a chapter and the bench) must not read each other's half-written
+    # files; every engine has read its file into memory when the directory goes
+    with tempfile.TemporaryDirectory(dir=workdir, prefix="onnx-") as onnx_dir:
+        builders = _engine_builders(model, hf, tokenizer, label_names, naive, by_length, warm, workdir,
+                                    Path(onnx_dir), device)
+        for name in (ENGINE_METHODS if engines is None else engines):
+            try:
+                t0 = time.perf_counter()
+                methods[name] = builders[name]()
+                methods[name][1].prepare_s = round(time.perf_counter() - t0, 1)
+            except E.EngineUnavailable as e:
+                skipped[name] = str(e)
+                print(f"bench: skipping {name}: {e}")
     if device.type == "cpu":
         keep_freed_memory()
     batches = {name: list(padded_batches(enc, order, pad, device)) for name, (order, _) in methods.items()}
@@ -183,6 +190,14 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
                   "load_average": _load()}
     n_more = min(accuracy_posts or len(test.data), len(test.data)) if accuracy_posts is not None else 0
     if n_more > len(enc):
+        # the engines that are not scored again go first (their sessions, arenas and buffers), and the memory the
+        # timing kept for reuse goes back: the long pass below must not run out of memory on a 24 GB machine
+        again = {"bertlib padding-free, length-sorted"} | {r["method"] for r in rows if r["changed"] > 0}
+        for name in [n for n in methods if n not in again]:
+            del methods[name]
+        batches.clear()
+        gc.collect()
+        release_freed_memory()
         more = test.data[:n_more], torch.as_tensor(test.target[:n_more])
         setup_info["fp32_accuracy_on_accuracy_posts"] = _score_again(
             rows, methods, more, len(label_names), tokenizer, max_length, batch_size, device)
@@ -218,11 +233,19 @@ def _score_again(rows: list[dict], methods: dict, posts: tuple, n_labels: int, t
 
 
 def _engine_builders(model, hf, tokenizer, label_names: list[str], naive: list, by_length: list, warm: tuple,
-                     workdir: Path, device: torch.device) -> dict:
+                     workdir: Path, onnx_dir: Path, device: torch.device) -> dict:
     """Name → a function that builds that optional row of :func:`engine_rows`: ``(batch order, engine)``."""
     from . import engines as E
 
-    onnx_path = workdir / "bertlib-classifier.onnx"
+    onnx_path, hf_onnx = onnx_dir / "bertlib-classifier.onnx", onnx_dir / "hf-classifier.onnx"
+    done: set[Path] = set()
+
+    def exported(path: Path, hf_model=None) -> Path:  # each graph exported once per run
+        if path not in done:
+            E.export_onnx(model, path, hf_model=hf_model)
+            done.add(path)
+        return path
+
     return {
         "hf-eager, naive batches": lambda: (naive, E.Engine("hf-eager", _hf_eager(model, label_names, device))),
         "hf-sdpa int8 (torch.ao quantize_dynamic), length-sorted": lambda: (by_length, _hf_int8(hf)),
@@ -230,15 +253,15 @@ def _engine_builders(model, hf, tokenizer, label_names: list[str], naive: list, 
         "bertlib padding-free, prepacked weights, length-sorted": lambda: (by_length, E.make_packed(model)),
         "bertlib-sdpa + torch.compile, length-sorted": lambda: (by_length, E.make_compiled(model, "sdpa", warm)),
         "ONNX Runtime (bertlib's graph), length-sorted": lambda: (by_length, E.make_ort(
-            model, _exported(model, onnx_path), optimize=False)),
+            model, exported(onnx_path), optimize=False)),
         "ONNX Runtime + transformer optimizer, length-sorted": lambda: (by_length, E.make_ort(
-            model, _exported(model, onnx_path), optimize=True)),
+            model, exported(onnx_path), optimize=True)),
         "ONNX Runtime + transformer optimizer (HF's graph), length-sorted": lambda: (by_length, E.make_ort(
-            model, _exported(model, workdir / "hf-classifier.onnx", hf), optimize=True)),
+            model, exported(hf_onnx, hf), optimize=True)),
         "ONNX Runtime + optimizer, int8 weights, length-sorted": lambda: (by_length, E.make_ort(
-            model, _exported(model, onnx_path), optimize=True, int8=True)),
+            model, exported(onnx_path), optimize=True, int8=True)),
         "OpenVINO (bertlib's graph), length-sorted": lambda: (by_length, E.make_openvino(
-            model, _exported(model, onnx_path))),
+            model, exported(onnx_path))),
         "CTranslate2, length-sorted": lambda: (by_length, E.make_ctranslate2(model, tokenizer, workdir)),
         "CTranslate2 int8, length-sorted": lambda: (by_length, E.make_ctranslate2(model, tokenizer, workdir, "int8")),
     }
@@ -328,18 +351,6 @@ def _load() -> str:
         return " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         return "unknown"
-
-
-def _exported(model, path: Path, hf_model=None) -> Path:
-    """``path`` holding bertlib's classifier as ONNX (:func:`bertlib.engines.export_onnx`), or with ``hf_model``
-    Hugging Face's graph of it, exported once per run."""
-    from . import engines as E
-
-    done = model.__dict__.setdefault("_bench_onnx", set())
-    if path not in done:
-        E.export_onnx(model, path, hf_model=hf_model)
-        done.add(path)
-    return path
 
 
 def _hf_eager(model, label_names, device):

@@ -73,6 +73,16 @@ def keep_freed_memory() -> bool:
         libc.mallopt(M_TRIM_THRESHOLD, 2**30))
 
 
+def release_freed_memory() -> bool:
+    """Undo :func:`keep_freed_memory` once the timing is over: glibc's default thresholds again (128 KiB), and the
+    memory freed so far handed back to the OS (``malloc_trim``). Returns ``False`` where the C library is not
+    glibc."""
+    libc = _glibc()
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, 128 * 2**10)) and bool(
+        libc.mallopt(M_TRIM_THRESHOLD, 128 * 2**10)) and libc.malloc_trim(0) >= 0
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
