@@ -167,17 +167,23 @@ def profile_layer_ops(fn, rounds: int = 3) -> dict[str, float]:
     return best
 
 
-def int8_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
-    """How many times faster an ``(m, k) @ (k, n)`` product runs with int8 weights (PyTorch's dynamic-quantization
-    kernel, activations quantized per call) than in float32, at that shape: best time of ``rounds`` each."""
+def _stored_weight_gain(m: int, k: int, n: int, store, rounds: int) -> float:
+    """How many times faster ``F.linear`` runs an ``(m, k) @ (k, n)`` product with the weight stored by ``store``
+    (:mod:`bertlib.fast_linear`) than as a plain float32 tensor: best time of ``rounds`` each."""
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
-    scale = w.abs().amax(dim=1).double() / 127
-    q = torch.quantize_per_channel(w, scale, torch.zeros(n, dtype=torch.long), 0, torch.qint8)
-    packed = torch.ops.quantized.linear_prepack(q, None)
-    fp32 = _best_seconds(lambda: torch.nn.functional.linear(x, w), rounds)
-    int8 = _best_seconds(lambda: torch.ops.quantized.linear_dynamic(x, packed, reduce_range=False), rounds)
-    return fp32 / int8
+    stored = store(w)
+    plain = _best_seconds(lambda: torch.nn.functional.linear(x, w), rounds)
+    return plain / _best_seconds(lambda: torch.nn.functional.linear(x, stored), rounds)
+
+
+def int8_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
+    """How many times faster an ``(m, k) @ (k, n)`` product runs with int8 weights (PyTorch's dynamic-quantization
+    kernel, activations quantized per call: :class:`bertlib.fast_linear.Int8Linear`) than in float32, at that shape:
+    best time of ``rounds`` each."""
+    from .fast_linear import Int8Linear
+
+    return _stored_weight_gain(m, k, n, lambda w: Int8Linear(w, None), rounds)
 
 
 def packed_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
@@ -186,8 +192,4 @@ def packed_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
     ``rounds`` each. Appendix 14, *The engines people serve BERT with*."""
     from .fast_linear import PackedLinear
 
-    g = torch.Generator().manual_seed(0)
-    x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
-    packed = PackedLinear(w)
-    plain = _best_seconds(lambda: torch.nn.functional.linear(x, w), rounds)
-    return plain / _best_seconds(lambda: torch.nn.functional.linear(x, packed), rounds)
+    return _stored_weight_gain(m, k, n, PackedLinear, rounds)
