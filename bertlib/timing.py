@@ -55,6 +55,10 @@ class _RssPeak:
         return (self.peak - self.base) / 2**20
 
 
+#: glibc's ``mallopt`` parameters (malloc.h).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+
+
 def _glibc():
     try:
         libc = ctypes.CDLL("libc.so.6")
@@ -68,7 +72,6 @@ def keep_freed_memory() -> bool:
     and never trim it back to the OS, so that timings do not include page faults inherited from earlier calls.
     Process-wide and idempotent; returns ``False`` (changing nothing) where the C library is not glibc."""
     libc = _glibc()
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, 32 * 2**20)) and bool(
         libc.mallopt(M_TRIM_THRESHOLD, 2**30))
 
@@ -78,7 +81,6 @@ def release_freed_memory() -> bool:
     memory freed so far handed back to the OS (``malloc_trim``). Returns ``False`` where the C library is not
     glibc."""
     libc = _glibc()
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
     return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, 128 * 2**10)) and bool(
         libc.mallopt(M_TRIM_THRESHOLD, 128 * 2**10)) and libc.malloc_trim(0) >= 0
 
