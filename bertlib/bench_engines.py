@@ -24,6 +24,8 @@ from .timing import keep_freed_memory, release_freed_memory, time_rounds, timed
 
 #: A row ``counts`` when its accuracy is within this many percentage points of fp32 bertlib's.
 COUNTS_WITHIN_POINTS = 0.3
+#: The fp32 bertlib row every other row's predictions and accuracy are compared with.
+REFERENCE = "bertlib padding-free, length-sorted"
 
 
 def padded_batches(enc: list[list[int]], batches: list, pad_id: int, device: torch.device):
@@ -150,7 +152,7 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
         "hf-sdpa, naive batches": (naive, hf_fn),
         "hf-sdpa, length-sorted": (by_length, hf_fn),
         "bertlib-sdpa, length-sorted": (by_length, E.make_bertlib(model, "sdpa")),
-        "bertlib padding-free, length-sorted": (by_length, E.make_bertlib(model, "unpadded")),
+        REFERENCE: (by_length, E.make_bertlib(model, "unpadded")),
     }
     if not core:
         del methods["hf-sdpa, length-sorted"], methods["bertlib-sdpa, length-sorted"]
@@ -181,7 +183,7 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
         one_mask = torch.ones_like(one)
         calls = {name: (lambda fn=fn: fn(one, one_mask)) for name, (_, fn) in methods.items()}
         latency = time_rounds(calls, device, latency_repeats)
-    ref = logits["bertlib padding-free, length-sorted"]
+    ref = logits[REFERENCE]
     base = seconds["hf-sdpa, naive batches"]
     rows = [_engine_row(name, fn, seconds[name], base, latency[name], logits[name], ref, labels, sum(lengths))
             for name, (_, fn) in methods.items()]
@@ -190,14 +192,7 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
                   "load_average": _load()}
     n_more = min(accuracy_posts or len(test.data), len(test.data)) if accuracy_posts is not None else 0
     if n_more > len(enc):
-        # the engines that are not scored again go first (their sessions, arenas and buffers), and the memory the
-        # timing kept for reuse goes back: the long pass below must not run out of memory on a 24 GB machine
-        again = {"bertlib padding-free, length-sorted"} | {r["method"] for r in rows if r["changed"] > 0}
-        for name in [n for n in methods if n not in again]:
-            del methods[name]
         batches.clear()
-        gc.collect()
-        release_freed_memory()
         more = test.data[:n_more], torch.as_tensor(test.target[:n_more])
         setup_info["fp32_accuracy_on_accuracy_posts"] = _score_again(
             rows, methods, more, len(label_names), tokenizer, max_length, batch_size, device)
@@ -208,28 +203,34 @@ def _score_again(rows: list[dict], methods: dict, posts: tuple, n_labels: int, t
                  batch_size: int, device: torch.device) -> float | None:
     """:func:`engine_rows`' accuracy pass: fp32 bertlib and every row whose predictions differed from it on the
     timed posts classify ``posts`` (``(texts, labels)``) once, in length-sorted batches; those rows' accuracy
-    fields are replaced by these (``rows`` is changed in place). Returns fp32 bertlib's accuracy on ``posts``
+    fields are replaced by these (``rows`` is changed in place; the other methods are dropped from ``methods``,
+    which is done with after timing). Returns fp32 bertlib's accuracy on ``posts``
     (``None`` if no row changed a prediction)."""
     from .newsgroups import encode
 
-    ref_name = "bertlib padding-free, length-sorted"
-    again = [r for r in rows if r["changed"] > 0 and r["method"] != ref_name]
+    again = [r for r in rows if r["changed"] > 0 and r["method"] != REFERENCE]
     if not again:
         return None
+    # the engines not scored again go first (their sessions, arenas and buffers), and the memory the timing kept
+    # for reuse goes back: the long pass below must not run out of memory on a 24 GB machine
+    for name in set(methods) - {REFERENCE} - {r["method"] for r in again}:
+        del methods[name]
+    gc.collect()
+    release_freed_memory()
     texts, labels = posts
     enc = encode(tokenizer, texts, max_length, "head_tail")
     batches = list(padded_batches(enc, length_sorted_batches([len(e) for e in enc], batch_size),
                                   tokenizer.pad_token_id, device))
     logits = {}
     with torch.inference_mode():
-        for name in [ref_name] + [r["method"] for r in again]:
+        for name in [REFERENCE] + [r["method"] for r in again]:
             logits[name] = torch.empty(len(enc), n_labels)
             for idx, ids, mask in tqdm(batches, desc=f"accuracy on {len(enc)} posts: {name}", leave=False,
                                        disable=not progress_enabled()):
                 logits[name][idx] = methods[name][1](ids, mask).float().cpu()
     for row in again:
-        row.update(_accuracy_fields(logits[row["method"]], logits[ref_name], labels))
-    return round(_accuracy(logits[ref_name], labels), 4)
+        row.update(_accuracy_fields(logits[row["method"]], logits[REFERENCE], labels))
+    return round(_accuracy(logits[REFERENCE], labels), 4)
 
 
 def _engine_builders(model, hf, tokenizer, label_names: list[str], naive: list, by_length: list, warm: tuple,

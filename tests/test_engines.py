@@ -257,6 +257,7 @@ def test_rows_that_changed_predictions_are_scored_again_on_more_posts(tiny_pretr
     ref_acc = _score_again(rows, methods, (texts, labels), n_labels, tiny_pretrained.tokenizer, 32, 5,
                            torch.device("cpu"))
     assert ref_acc == 0.5  # fp32 is right on half the posts, by construction
+    assert set(methods) == {ref_name, "flips"}  # the row not scored again was dropped before the long pass
     flips = rows[1]
     flipped = ref_pred == 0
     assert flips["accuracy_posts"] == 24 and flips["changed"] == int(flipped.sum()) > 0
