@@ -58,12 +58,18 @@ class _PackedBias:
         return Int8Linear.__torch_function__(func, types, args, kwargs)
 
 
+def _is_linear_weight(name: str, w: torch.Tensor) -> bool:
+    """Whether ``name`` is a ``Linear`` weight of the encoder or the pooler (what bertlib passes to ``F.linear``);
+    the embedding tables are 2-D too, but they are looked up, not multiplied."""
+    return w.dim() == 2 and name.endswith(".weight") and name.startswith(("encoder.", "pooler."))
+
+
 def quantize_weights(sd: dict[str, torch.Tensor]) -> dict:
     """``sd`` with every encoder and pooler ``Linear`` weight replaced by an :class:`Int8Linear` (its bias packed
     in); embeddings and LayerNorms stay float32."""
     out = dict(sd)
     for name, w in sd.items():
-        if w.dim() == 2 and name.endswith(".weight") and not name.startswith("embeddings."):
+        if _is_linear_weight(name, w):
             bias = name.removesuffix(".weight") + ".bias"
             out[name] = Int8Linear(w, sd.get(bias))
             if bias in sd:
@@ -118,5 +124,5 @@ def pack_weights(sd: dict[str, torch.Tensor], config=None) -> dict:
     act = getattr(config, "hidden_act", None)
     act = act if act in ONEDNN_ACTIVATIONS else None
     return {name: PackedLinear(w, act if name.endswith("intermediate.dense.weight") else None)
-            if w.dim() == 2 and name.endswith(".weight") and name.startswith(("encoder.", "pooler.")) else w
+            if _is_linear_weight(name, w) else w
             for name, w in sd.items()}
