@@ -579,7 +579,7 @@ def feed_forward() -> Svg:
     tops = [cy - h_bar / 2, cy - i_bar / 2, cy - i_bar / 2, cy - h_bar / 2]
     heights = [h_bar, i_bar, i_bar, h_bar]
     svg.text(350, 22, "bertlib.feed_forward, one token at a time", "code", anchor="middle")
-    for x, top, height in zip(xs, tops, heights):
+    for x, top, height in zip(xs, tops, heights, strict=True):
         svg.rect(x, top, w, height, "box", rx=3)
     n_cells = 36
     for i in range(n_cells):                      # the widened vector after GELU: some numbers kept, most ~0

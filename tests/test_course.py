@@ -505,10 +505,10 @@ def test_forbidden_uses_catch_the_old_text():
            r"$h \leftarrow h + W_2\,\mathrm{GELU}(W_1 h + b_1) + b_2$", r"costs $O(n^2 \cdot d)$"]
     for text in old:
         assert forbidden_uses(text), text
-    new = [r"$\mathrm{softmax}(z_0, z_1)_0 = \mathrm{sigmoid}(z_0 - z_1)$", r"$\hat r = (r - \mu)/\sqrt{\sigma^2 + \epsilon}$",
-           r"$\sigma^2 = \frac{1}{H}\sum_c (x_c - \mu)^2$", r"$h \leftarrow h + \mathrm{GELU}(h W_1^\top + b_1) W_2^\top + b_2$",
-           r"window $w$ gets the score $s_w$", 'ax.set_xlabel("ℓ: hidden state $h^{(ℓ)}$ (0 = the embeddings)")',
-           r"$O(T^2 H)$ per layer"]
+    new = [r"$\mathrm{softmax}(z_0, z_1)_0 = \mathrm{sigmoid}(z_0 - z_1)$",
+           r"$\hat r = (r - \mu)/\sqrt{\sigma^2 + \epsilon}$", r"$\sigma^2 = \frac{1}{H}\sum_c (x_c - \mu)^2$",
+           r"$h \leftarrow h + \mathrm{GELU}(h W_1^\top + b_1) W_2^\top + b_2$", r"window $w$ gets the score $s_w$",
+           'ax.set_xlabel("ℓ: hidden state $h^{(ℓ)}$ (0 = the embeddings)")', r"$O(T^2 H)$ per layer"]
     for text in new:
         assert not forbidden_uses(text), (text, forbidden_uses(text))
 
