@@ -573,3 +573,34 @@ def test_numbers_about_the_model_are_glued(path):
     found = unglued_claims(_markdown(path))
     assert not found, (f"{path.name}: a number about the checkpoint in use or this run is typed; compute it on the "
                        "page and glue it (or state a general fact with a citation):\n" + "\n".join(found))
+
+
+# ------------------------------------------------------------------------------------ one home for each topic
+
+#: The labels that mark a topic's one home (a `(label)=` line before its heading); other chapters link with
+#: {ref}`label` instead of explaining the topic again.
+HOMES = {"how-we-check": "01b_bert_by_hand", "permutation-equivariance": "02_embeddings",
+         "dropout-explained": "03_layer_norm", "head-split": "05_multi_head_attention",
+         "gelu-exact-vs-tanh": "06_encoder_layer", "previous-token-head": "07_encoder", "pooler-cases": "08_pooler"}
+
+
+def _labels(path: Path) -> set[str]:
+    return set(re.findall(r"^\(([\w-]+)\)=\s*$", _markdown(path), re.M))
+
+
+def test_each_topic_has_its_home():
+    for label, stem in HOMES.items():
+        assert label in _labels(ROOT / "chapters" / f"{stem}.ipynb"), f"{stem} lost its label ({label})="
+
+
+def test_every_ref_has_a_target():
+    pages = [ROOT / f"{f}{suffix}" for f in toc_files() for suffix in (".md", ".ipynb")
+             if (ROOT / f"{f}{suffix}").exists()]
+    defined = set().union(*(_labels(p) for p in pages))
+    missing = []
+    for path in pages:
+        for ref in re.findall(r"\{ref\}`([^`]*)`", _markdown(path)):
+            target = m.group(1) if (m := re.search(r"<([^>]+)>\s*$", ref)) else ref
+            if target.strip() not in defined:
+                missing.append(f"{path.name}: {{ref}}`{ref}`")
+    assert not missing, "references to labels no page defines (a build error under -n):\n" + "\n".join(missing)
