@@ -604,3 +604,15 @@ def test_every_ref_has_a_target():
             if target.strip() not in defined:
                 missing.append(f"{path.name}: {{ref}}`{ref}`")
     assert not missing, "references to labels no page defines (a build error under -n):\n" + "\n".join(missing)
+
+
+#: notation.md's one depth axis: a plot over depth is over ℓ of h^(ℓ), with 0 for the embeddings.
+DEPTH_AXIS = "ℓ: hidden state h^(ℓ) (0 = the embeddings)"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, **_ids)
+def test_depth_axes_use_one_label(path):
+    labels = re.findall(r"(?:set_xlabel\(|xlabel\s*=\s*)f?\"([^\"]*)\"", "\n".join(_code(path)))
+    other = [label for label in labels if re.search(r"hidden.?states?|after (each |the )?layer|ℓ", label)
+             and label != DEPTH_AXIS]
+    assert not other, f"{path.name}: depth axes are labelled {DEPTH_AXIS!r} (notation.md, ℓ), not {other}"
