@@ -12,11 +12,11 @@ page and the highlight stays orange.
 
 Diagrams (``python figures/make_figures.py --list`` prints them):
 
+- ``feed_forward.svg`` (chapter 6): one token's vector widened from H to I numbers, GELU, narrowed back to H.
 - ``bert_architecture.svg``: token ids → embeddings → L × encoder layer → pooler → task head, with the ``bertlib``
   functions and tensor shapes (``intro.md``); ``bert_architecture_chNN.svg``: the same with chapter NN's part
   highlighted ("you are here", chapters 2-8).
-- ``attention_head.svg`` (chapter 4), ``head_split.svg`` (chapter 5), ``feed_forward.svg`` (chapter 6),
-  ``pipeline_stages.svg`` (chapter 10),
+- ``attention_head.svg`` (chapter 4), ``head_split.svg`` (chapter 5), ``pipeline_stages.svg`` (chapter 10),
   ``mlm_nsp_input.svg`` (chapter 11).
 - Offered to the chapters (``OFFERED``): ``pretrain_finetune.svg`` (pre-training, then fine-tuning),
   ``post_ln_pre_ln.svg`` (chapter 6), ``sliding_windows.svg`` (chapter 9b), ``relative_distance.svg`` (chapter 13),
