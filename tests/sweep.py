@@ -40,7 +40,7 @@ CHAPTERS = {
     "09_20newsgroups": "fine-tuning against TF-IDF and frozen features",
     "10_pipeline": "a short fine-tuning run",
     "11_pretraining": "MLM masking proportions over tokens masked by the seed; NSP pairs drawn by the seed",
-    "11b_pretraining_from_scratch": "a small BERT pre-trained (MLM, NSP); fine-tuned from pre-trained vs random weights",
+    "11b_pretraining_from_scratch": "a small BERT pre-trained (MLM, NSP); fine-tuning from pre-trained vs random",
     "12_numpy_bert": "example sentences drawn by the seed",
     "13_hf_attention": "head importance and pruning; random relative-position tables",
     "14_making_it_fast": "timing: fused kernels, SDPA, padding-free batches",
