@@ -18,9 +18,9 @@ Diagrams (``python figures/make_figures.py --list`` prints them):
   highlighted ("you are here", chapters 2-8).
 - ``attention_head.svg`` (chapter 4), ``head_split.svg`` (chapter 5), ``pipeline_stages.svg`` (chapter 10),
   ``mlm_nsp_input.svg`` (chapter 11).
-- Offered to the chapters (``OFFERED``): ``pretrain_finetune.svg`` (pre-training, then fine-tuning),
-  ``post_ln_pre_ln.svg`` (chapter 6), ``sliding_windows.svg`` (chapter 9b), ``relative_distance.svg`` (chapter 13),
-  ``kv_cache.svg`` (a decoder's key/value cache).
+- Shown where they are taught: ``pretrain_finetune.svg`` (chapter 0), ``relative_distance.svg`` (chapter 13),
+  ``kv_cache.svg`` (chapter 15, a decoder's key/value cache).
+- Offered to the chapters (``OFFERED``): ``post_ln_pre_ln.svg`` (chapter 6), ``sliding_windows.svg`` (chapter 9b).
 
 Notation as in ``notation.md``: layers $L$, heads and tokens numbered from 0, head $a$, $Q = hW_Q^\top + b_Q$.
 ``tests/test_figures.py`` also checks that every box and label lies inside the canvas.
@@ -767,11 +767,8 @@ def kv_cache() -> Svg:
 #: Figures drawn for chapters that may show them (issue 28 §4), with the chapter each one is for. A figure leaves
 #: this list once a chapter shows it (tests/test_figures.py: every other figure must be shown somewhere).
 OFFERED: dict[str, str] = {
-    "pretrain_finetune.svg": "chapter 9 or 11: pre-training, then fine-tuning",
     "post_ln_pre_ln.svg": "chapter 6: post-LN and pre-LN blocks",
     "sliding_windows.svg": "chapter 9b: windows with a stride over a long post",
-    "relative_distance.svg": "chapter 13: the relative-distance table",
-    "kv_cache.svg": "chapter 13 or 15: a decoder's key/value cache",
 }
 
 

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 
 import prose
-from toc import ROOT, notebooks, toc_files
+from toc import ROOT, core_notebooks, notebooks, toc_files
 
 CHAPTERS = [p for p in notebooks() if p.parent.name == "chapters"]
 PAGES = [ROOT / "intro.md", ROOT / "glossary.md", ROOT / "notation.md"]
@@ -424,6 +425,23 @@ def _number(path: Path) -> str:
 def test_intro_lists_every_chapter_in_toc_order():
     rows = re.findall(r"^\| (\d+[a-z]?)\. ", (ROOT / "intro.md").read_text(encoding="utf-8"), re.M)
     assert rows == [_number(p) for p in CHAPTERS], (rows, [_number(p) for p in CHAPTERS])
+
+
+def test_the_core_path_is_marked():
+    """The parts captioned "Core path: ..." hold the core path in reading order; every other part that holds chapters
+    is captioned "Optional: ..." (the reference pages excepted). The orientation page opens it, the toy BERT comes
+    before the tokenizer's plumbing, and pre-training's objectives before fine-tuning."""
+    parts = yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
+    for part in parts:
+        caption = str(part.get("caption", ""))
+        if caption != "Reference":
+            assert caption.startswith(("Core path: ", "Optional: ")), caption
+    core = [p.stem for p in core_notebooks()]
+    assert core[:3] == ["00_what_bert_is_for", "01b_bert_by_hand", "01_tokenization"], core
+    assert core.index("11_pretraining") < core.index("09_20newsgroups"), core
+    optional = {"09b_long_documents", "11b_pretraining_from_scratch", "12_numpy_bert", "13_hf_attention",
+                "14_making_it_fast", "15b_span_and_tag_tasks"}
+    assert not optional & set(core), optional & set(core)
 
 
 def test_the_appendix_comes_last():
