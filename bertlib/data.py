@@ -36,6 +36,23 @@ _FOLDERS = {"train": "20news-bydate-train", "test": "20news-bydate-test"}
 _PAD_VALUES = {"attention_mask": 0, "token_type_ids": 0}
 
 
+def extract_safely(tar: tarfile.TarFile, dest: str | os.PathLike) -> None:
+    """``tar.extractall(dest, filter="data")`` (no absolute paths, no ``..``, no links out of ``dest``, no device
+    files). Python 3.11.0-3.11.3 (Debian 12's 3.11.2) have no extraction filters: there only regular files and
+    folders with relative paths inside ``dest`` are extracted, and any other member is refused."""
+    if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 (and the 3.8-3.10 security releases)
+        tar.extractall(dest, filter="data")
+        return
+    root = Path(dest).resolve()
+    members = tar.getmembers()
+    for m in members:
+        target = (root / m.name).resolve()
+        if not (m.isfile() or m.isdir()) or Path(m.name).is_absolute() or not target.is_relative_to(root):
+            raise tarfile.TarError(f"refusing to extract {m.name!r}: only files and folders inside the archive's "
+                                   "own tree are extracted")
+    tar.extractall(dest, members=members)
+
+
 def build_cache(archive: str | os.PathLike, data_home: str | os.PathLike | None = None) -> Path:
     """Write scikit-learn's 20 Newsgroups cache from a local ``20news-bydate.tar.gz``; returns its path.
 
@@ -54,7 +71,7 @@ def build_cache(archive: str | os.PathLike, data_home: str | os.PathLike | None 
     with tempfile.TemporaryDirectory() as tmp:
         try:
             with tarfile.open(archive, "r:gz") as tar:
-                tar.extractall(tmp, filter="data")
+                extract_safely(tar, tmp)
         except (tarfile.TarError, OSError, EOFError) as err:
             raise ValueError(
                 f"{archive} is not a readable tar.gz archive ({err}). Download 20news-bydate.tar.gz again."

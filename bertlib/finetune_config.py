@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args, get_type_hints
 
 import torch
 
 from .inference import POOLINGS
-from .runtime import default_seed, get_device, get_profile
+from .runtime import Profile, check_device, default_seed, get_device, get_profile
 from .windows import check_windows
 
 
@@ -26,10 +26,12 @@ def _arg(help: str, default=dataclasses.MISSING, **kwargs):
 @dataclass
 class FinetuneConfig:
     """Every setting of a run, each defined once. The defaults are the ``quick`` profile; :data:`PROFILES` holds
-    what the ``cpu`` and ``full`` profiles change. The command line (``python -m bertlib.finetune --help``) is
-    generated from these fields by ``transformers.HfArgumentParser``: ``--max-length 256`` sets ``max_length``."""
+    what the ``cpu`` and ``full`` profiles change: a setting not given takes the value of ``profile``, so
+    ``FinetuneConfig(profile="full")`` is the full profile (as :func:`profile_config`). The command line
+    (``python -m bertlib.finetune --help``) is generated from these fields by ``transformers.HfArgumentParser``:
+    ``--max-length 256`` sets ``max_length``."""
 
-    profile: Literal["quick", "cpu", "full"] = _arg(
+    profile: Profile = _arg(
         "quick: CPU in minutes, a stratified subset, 128 tokens, 4 epochs; cpu: all data on 2 CPU cores in about an "
         "hour, 128-token windows, 3 epochs, the TF-IDF ensemble; full: a GPU, all data, 512 tokens, 4 epochs (unset: "
         "$BERTLIB_PROFILE, else full on CUDA and quick on CPU)", "quick")
@@ -72,7 +74,17 @@ class FinetuneConfig:
     model: str | None = _arg("local directory or Hub id (None: $BERTLIB_MODEL, else all-MiniLM-L6-v2)", None)
     device: str | None = _arg("cpu or cuda (None: bertlib.get_device())", None)
 
+    def __new__(cls, *args, **kwargs):
+        """Record which settings the caller gave (:meth:`__post_init__` fills the others from the profile)."""
+        self = super().__new__(cls)
+        self._given = frozenset([f.name for f in dataclasses.fields(cls)][:len(args)]) | frozenset(kwargs)
+        return self
+
     def __post_init__(self) -> None:
+        if self.profile in PROFILES:  # the profile's values for the settings not given (the defaults are quick's)
+            for name, value in PROFILES[self.profile].items():
+                if name not in getattr(self, "_given", ()):
+                    setattr(self, name, value)
         checks = [(self.profile in PROFILES, f"profile must be one of {sorted(PROFILES)}, got {self.profile!r}."),
                   (self.truncation in ("head", "head_tail"),
                    f"truncation must be 'head' or 'head_tail', got {self.truncation!r}."),
@@ -102,11 +114,34 @@ class FinetuneConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        check_sizes(self.train_size, self.test_size, self.val_fraction)
+        if self.device is not None:
+            check_device(self.device, "device")
         if self.eval_windows or self.train_windows:
             check_windows(self.max_length, self.window_stride)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+#: 20 Newsgroups' classes: every stratified draw (:func:`bertlib.newsgroups.split_data`) needs a post of each.
+N_CLASSES = 20
+
+
+def check_sizes(train_size: int | None, test_size: int | None, val_fraction: float, n_classes: int = N_CLASSES) -> None:
+    """Refuse subset sizes a stratified draw cannot make (scikit-learn would raise only after the model has loaded):
+    the validation split and the training posts left each need a post of every one of ``n_classes`` classes."""
+    def n_val(size: int) -> int:  # as split_data holds them out
+        return max(n_classes, round(val_fraction * size))
+
+    if train_size is not None and 1 <= train_size < n_val(train_size) + n_classes:
+        least = next(n for n in range(2 * n_classes, 100 * n_classes) if n >= n_val(n) + n_classes)
+        raise ValueError(f"train_size={train_size} is too small: {n_val(train_size)} of them are held out for "
+                         f"validation, and stratifying needs a post of each of the {n_classes} classes in both "
+                         f"parts. Use --train-size {least} or more, or none for every training post.")
+    if test_size is not None and 1 <= test_size < n_classes:
+        raise ValueError(f"test_size={test_size} is too small: a stratified draw needs at least one post of each of "
+                         f"the {n_classes} classes. Use --test-size {n_classes} or more, or none for every test post.")
 
 
 #: What each profile changes from :class:`FinetuneConfig`'s defaults (which are ``quick``: CPU in CI, a stratified
@@ -130,15 +165,18 @@ MAY_CHANGE_ON_RESUME = ("checkpoint_every", "eval_batch_size", "device")
 
 
 def profile_config(profile: str = "quick", **overrides) -> FinetuneConfig:
-    """The :class:`FinetuneConfig` of ``profile`` (``"quick"`` or ``"full"``) with ``overrides`` applied
-    (``None`` values are ignored, so unset options pass through). Bad values raise ``ValueError``."""
+    """The :class:`FinetuneConfig` of ``profile`` (one of :data:`PROFILES`) with ``overrides`` applied. ``None`` is
+    a value where a setting takes one (``train_size=None``: every training post; ``max_steps=None``: no limit) and
+    means "the profile's value" only for a setting that cannot be ``None`` (``seed=None``); leave a setting out to
+    keep the profile's value. Bad values raise ``ValueError``."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}.")
-    values = {**PROFILES[profile], "profile": profile, **{k: v for k, v in overrides.items() if v is not None}}
-    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(FinetuneConfig)})
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(FinetuneConfig)})
     if unknown:
         raise ValueError(f"unknown setting(s) {unknown}; see python -m bertlib.finetune --help.")
-    return FinetuneConfig(**values)
+    hints = get_type_hints(FinetuneConfig)
+    given = {k: v for k, v in overrides.items() if v is not None or type(None) in get_args(hints[k])}
+    return FinetuneConfig(**{**PROFILES[profile], **given, "profile": profile})
 
 
 def settings_clash(saved: dict, cfg: FinetuneConfig) -> dict[str, tuple]:
