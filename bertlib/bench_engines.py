@@ -18,6 +18,7 @@ from tqdm.auto import tqdm, trange
 
 from .data import collate, length_sorted_batches
 from .encoder import FAST, bert_forward
+from .files import project_path
 from .pretrained import Pretrained
 from .runtime import progress_enabled, resolve_seed, seeded
 from .timing import keep_freed_memory, release_freed_memory, time_rounds, timed
@@ -37,7 +38,7 @@ def padded_batches(enc: list[list[int]], batches: list, pad_id: int, device: tor
 
 
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "_build" / "bench"
+BENCH_DIR = project_path("_build") / "bench"
 
 
 def workload_classifier(pt: Pretrained, device: torch.device, max_steps: int | None = None,

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 
 from .data import collate, length_sorted_batches
 from .encoder import FAST, bert_forward
-from .files import check_output, write_text
+from .files import write_text
 from .finetune_config import FinetuneConfig, parse_args
 from .inference import best_on_validation, scores
 from .newsgroups import NewsData, encode, load_data
@@ -146,7 +146,6 @@ def main(argv: list[str] | None = None) -> int:
     cfg, cmd = parse_args(argv)
     try:
         check_windows(cfg.max_length, cfg.window_stride)  # before loading anything: a clear error, no traceback
-        check_output(cmd.out, "--out", directory=True)
     except ValueError as err:
         print(f"python -m bertlib.features: error: {err}", file=sys.stderr)
         return 2

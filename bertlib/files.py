@@ -51,3 +51,15 @@ def check_output(path: str | os.PathLike, option: str = "--out", *, directory: b
         raise ValueError(f"{option} {path}: cannot write in {parent} (not a writable folder). Choose another "
                          f"{option}.")
     return path
+
+
+def project_path(name: str) -> Path:
+    """``name`` (``quizzes``, ``node_modules``, ``_build``) in the course's repository. In a clone or an editable
+    install, the folder beside the ``bertlib`` package (``pyproject.toml`` is there). From ``pip install .`` (the
+    package in site-packages, no repository beside it): the current folder or the nearest parent that holds
+    ``name`` (a notebook runs in ``chapters/``, its repository one level up), else the current folder's."""
+    package = next(p for p in Path(__file__).resolve().parents if p.name == "bertlib")
+    if (package.parent / "pyproject.toml").is_file():
+        return package.parent / name
+    here = Path.cwd()
+    return next((p / name for p in (here, *here.parents) if (p / name).exists()), here / name)

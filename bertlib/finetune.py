@@ -72,7 +72,6 @@ from .distributed import (
     rank_share,
     shard_batch,
 )
-from .files import check_output
 from .finetune_config import (
     PROFILES,
     CommandArgs,
@@ -384,11 +383,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m bertlib.finetune ARGS``: :func:`parse_args`, then :func:`train`; 0 when the run finished (or
     stopped where ``--stop-after-steps`` asked)."""
     cfg, cmd = parse_args(argv)
-    try:
-        check_output(cmd.out, "--out", directory=True)  # before anything is loaded: a clear error, no traceback
-    except ValueError as err:
-        print(f"python -m bertlib.finetune: error: {err}", file=sys.stderr)
-        return 2
     device = torch.device(cfg.device) if cfg.device else get_device()
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for all
         if device.type != "cuda" and cfg.profile == "full":

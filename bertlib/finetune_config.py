@@ -13,6 +13,7 @@ from typing import Literal, get_args, get_type_hints
 
 import torch
 
+from .files import check_output
 from .inference import POOLINGS
 from .runtime import Profile, check_device, default_seed, get_device, get_profile
 from .windows import check_windows
@@ -224,7 +225,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[FinetuneConfig, CommandAr
     parser.set_defaults(**PROFILES.get(profile, {}), profile=profile)
     try:
         cfg, cmd = parser.parse_args_into_dataclasses(argv, look_for_args_file=False)
-    except ValueError as err:  # FinetuneConfig.__post_init__: a bad combination of values
+        check_output(cmd.out, "--out", directory=True)  # a folder this run can create or write in
+    except ValueError as err:  # FinetuneConfig.__post_init__: a bad combination of values; an unwritable --out
         parser.error(str(err))
     if cmd.all_data:
         cfg = dataclasses.replace(cfg, train_size=None, test_size=None)

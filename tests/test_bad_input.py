@@ -149,8 +149,7 @@ def test_row7_posts_zero_means_all(monkeypatch, no_loading):
 
 def test_row8_finetune_out_that_is_a_file(capsys, tmp_path):
     (tmp_path / "taken").write_text("x")
-    assert ft.main(["--out", str(tmp_path / "taken")]) == 2
-    assert "is a file, not a folder" in capsys.readouterr().err
+    assert "is a file, not a folder" in usage_error(capsys, ft.main, ["--out", str(tmp_path / "taken")])
 
 
 # ---- rows 8-11: fidelity ------------------------------------------------------------------------------------------
@@ -290,3 +289,73 @@ def test_one_profile_registry():
     assert set(fc.PROFILES) == set(runtime.PROFILE_NAMES)
     assert get_args(get_type_hints(fc.FinetuneConfig)["profile"]) == runtime.PROFILE_NAMES
     assert not hasattr(runtime, "PROFILES")  # the names live in runtime, the values in finetune_config.PROFILES
+
+
+def test_the_book_is_built_from_the_whole_history():
+    """Chapter 9b reads earlier results from git history: the workflows that build the book (CI's book is the one
+    pages.yml publishes) check out every commit, not GitHub's default single one."""
+    import yaml
+
+    for name in ("ci.yml", "gpu.yml"):
+        workflow = yaml.safe_load(Path(__file__).resolve().parents[1].joinpath(".github/workflows", name).read_text())
+        checkouts = [step for job in workflow["jobs"].values() for step in job["steps"]
+                     if step.get("uses", "").startswith("actions/checkout")]
+        assert checkouts and all(step.get("with", {}).get("fetch-depth") == 0 for step in checkouts), name
+
+
+# ---- tooling traps ------------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def make_copy(tmp_path):
+    """The Makefile in a scratch folder, with a stand-in .venv whose python and jupyter only log their arguments
+    (PYTHON=true: no real venv is made), so a target's pip installs can be counted without installing anything."""
+    import shutil
+
+    for name in ("Makefile", "pyproject.toml", "constraints.txt", "package.json", "package-lock.json"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "node_modules").mkdir()
+    (tmp_path / "node_modules" / ".package-lock.json").write_text("{}")
+    log = tmp_path / "calls.log"
+    for tool in ("python", "jupyter"):
+        path = tmp_path / ".venv" / "bin" / tool
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {log}\n")
+        path.chmod(0o755)
+
+    def make(*args, env=None):
+        import os
+
+        log.write_text("")
+        subprocess.run(["make", "-s", "PYTHON=true", *args], cwd=tmp_path, check=True, capture_output=True,
+                       env={**os.environ, **(env or {})})
+        return log.read_text()
+    make.venv = tmp_path / ".venv"
+    return make
+
+
+def test_make_lab_installs_once(make_copy):
+    first = make_copy("lab")
+    assert "pip install --quiet -c constraints.txt -e .[lab]" in first and "jupyter lab" in first
+    second = make_copy("lab")
+    assert "pip install" not in second and "jupyter lab" in second
+
+
+def test_make_book_keeps_the_torch_build_of_make_test(make_copy):
+    cuda = "torch --index-url https://download.pytorch.org/whl/cu126"
+    make_copy("install")
+    assert f"pip install --quiet {cuda}" in make_copy("install", f"TORCH={cuda}")
+    assert (make_copy.venv / ".torch-spec").read_text().strip() == cuda
+    assert "pip install" not in make_copy("install")  # a plain make (as `make book` runs it) keeps the CUDA build
+    assert "uninstall --quiet -y torch" in make_copy("install", env={"TORCH": "torch==2.13.0"})  # asked: CPU again
+
+
+def test_ci_installs_node_modules_before_the_second_pass():
+    """.ci/run's second pass (in the background) runs the chapters, which read node_modules/: npm ci must be done
+    before it starts, not rewrite node_modules/ under it during `make book`."""
+    lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    npm = next(i for i, line in enumerate(lines) if line.startswith("make node_modules/.package-lock.json"))
+    second = next(i for i, line in enumerate(lines) if "make test-model" in line)
+    assert npm < second
