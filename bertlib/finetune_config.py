@@ -13,6 +13,7 @@ from typing import Literal, get_args, get_type_hints
 
 import torch
 
+from .data import check_sizes
 from .files import check_output
 from .inference import POOLINGS
 from .runtime import Profile, check_device, default_seed, get_device, get_profile
@@ -115,7 +116,6 @@ class FinetuneConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
-        check_sizes(self.train_size, self.test_size, self.val_fraction)
         if self.device is not None:
             check_device(self.device, "device")
         if self.eval_windows or self.train_windows:
@@ -123,26 +123,6 @@ class FinetuneConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-#: 20 Newsgroups' classes: every stratified draw (:func:`bertlib.newsgroups.split_data`) needs a post of each.
-N_CLASSES = 20
-
-
-def check_sizes(train_size: int | None, test_size: int | None, val_fraction: float, n_classes: int = N_CLASSES) -> None:
-    """Refuse subset sizes a stratified draw cannot make (scikit-learn would raise only after the model has loaded):
-    the validation split and the training posts left each need a post of every one of ``n_classes`` classes."""
-    def n_val(size: int) -> int:  # as split_data holds them out
-        return max(n_classes, round(val_fraction * size))
-
-    if train_size is not None and 1 <= train_size < n_val(train_size) + n_classes:
-        least = next(n for n in range(2 * n_classes, 100 * n_classes) if n >= n_val(n) + n_classes)
-        raise ValueError(f"train_size={train_size} is too small: {n_val(train_size)} of them are held out for "
-                         f"validation, and stratifying needs a post of each of the {n_classes} classes in both "
-                         f"parts. Use --train-size {least} or more, or none for every training post.")
-    if test_size is not None and 1 <= test_size < n_classes:
-        raise ValueError(f"test_size={test_size} is too small: a stratified draw needs at least one post of each of "
-                         f"the {n_classes} classes. Use --test-size {n_classes} or more, or none for every test post.")
 
 
 #: What each profile changes from :class:`FinetuneConfig`'s defaults (which are ``quick``: CPU in CI, a stratified
@@ -225,6 +205,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[FinetuneConfig, CommandAr
     parser.set_defaults(**PROFILES.get(profile, {}), profile=profile)
     try:
         cfg, cmd = parser.parse_args_into_dataclasses(argv, look_for_args_file=False)
+        check_sizes(cfg.train_size, cfg.test_size, cfg.val_fraction)  # 20 Newsgroups' classes, each in every split
         check_output(cmd.out, "--out", directory=True)  # a folder this run can create or write in
     except ValueError as err:  # FinetuneConfig.__post_init__: a bad combination of values; an unwritable --out
         parser.error(str(err))

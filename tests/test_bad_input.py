@@ -60,10 +60,17 @@ def test_row1_profile_cpu_from_the_environment(monkeypatch):
 
 def test_row2_train_size_too_small_for_stratified_splits(capsys):
     err = usage_error(capsys, ft.parse_args, ["--out", "x", "--train-size", "10"])
-    assert "train_size=10 is too small" in err and "--train-size 40 or more" in err
-    with pytest.raises(ValueError, match="test_size=5 is too small.*--test-size 20"):
-        ft.profile_config("quick", test_size=5)
-    ft.profile_config("quick", train_size=40, test_size=20)  # the smallest sizes that stratify
+    assert "train_size=10 is too small" in err and "(--train-size) 40 or more" in err
+    assert "(--test-size) 20 or more" in usage_error(capsys, ft.parse_args, ["--out", "x", "--test-size", "5"])
+    ft.parse_args(["--out", "x", "--train-size", "40", "--test-size", "20"])  # the smallest sizes that stratify
+    # split_data (any label set, e.g. chapter 11's four groups) checks against the classes it is given
+    labels = np.arange(40) % 4
+    texts = [str(i) for i in range(40)]
+    with pytest.raises(ValueError, match="train_size=7 is too small.*4 classes.*train_size \\(--train-size\\) 8 or"):
+        ft.split_data(texts, labels, texts, labels, list("abcd"), ft.profile_config("quick", train_size=7))
+    news = ft.split_data(texts, labels, texts, labels, list("abcd"), ft.profile_config("quick", train_size=8,
+                                                                                         test_size=4))
+    assert (len(news.train), len(news.val), len(news.test)) == (4, 4, 4)
 
 
 @pytest.mark.skipif(not NO_GPU, reason="needs a machine without a CUDA GPU")
