@@ -89,7 +89,7 @@ test-models: models
 	status=0; for m in $(BOOK_MODELS); do \
 	  $(MAKE) --no-print-directory test-model MODEL=$(abspath $(MODELS))/$$m || status=1; done; exit $$status
 
-## make lint: ruff over bertlib/, _ext/ and tests/ (rules in pyproject.toml [tool.ruff])
+## make lint: ruff over bertlib/, _ext/, tests/ and the chapters' code cells (rules in pyproject.toml [tool.ruff])
 lint: $(STAMP)
 	$(PY) -m ruff check .
 

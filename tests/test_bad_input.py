@@ -366,3 +366,26 @@ def test_ci_installs_node_modules_before_the_second_pass():
     npm = next(i for i, line in enumerate(lines) if line.startswith("make node_modules/.package-lock.json"))
     second = next(i for i, line in enumerate(lines) if "make test-model" in line)
     assert npm < second
+
+
+@pytest.mark.slow
+def test_a_non_editable_install_works(tmp_path):
+    """`pip install .` (no -e): every module of bertlib is installed, and the repository's folders (quizzes,
+    node_modules, _build) are found from a notebook's folder, as a reader runs chapters/ from a clone."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(ROOT)], check=True, capture_output=True, timeout=300)
+    ours = {p.relative_to(ROOT).as_posix() for p in (ROOT / "bertlib").rglob("*.py")}
+    assert ours == {p.relative_to(target).as_posix() for p in (target / "bertlib").rglob("*.py")}
+    code = ("import bertlib, bertlib.quiz as q, bertlib.bench_engines as b, bertlib.bertviz_assets as v\n"
+            "print(bertlib.__file__, q.QUIZ_DIR, b.BENCH_DIR, v.node_modules_dir(), sep='\\n')")
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "BERTLIB_NODE_MODULES")}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "chapters", capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": str(target)}, check=True, timeout=120)
+    package, quizzes, bench_dir, node_modules = done.stdout.split()
+    assert Path(package).is_relative_to(target)
+    assert Path(quizzes) == ROOT / "quizzes" and Path(quizzes, "04.json").is_file()
+    assert Path(bench_dir).parent.parent in (ROOT, ROOT / "chapters")
+    assert Path(node_modules).parent in (ROOT, ROOT / "chapters")
