@@ -372,9 +372,14 @@ def test_ci_installs_node_modules_before_the_second_pass():
 def test_a_non_editable_install_works(tmp_path):
     """`pip install .` (no -e): every module of bertlib is installed, and the repository's folders (quizzes,
     node_modules, _build) are found from a notebook's folder, as a reader runs chapters/ from a clone."""
-    target = tmp_path / "site"
+    import shutil
+
+    source, target = tmp_path / "source", tmp_path / "site"  # built from a copy: no build/ left in the checkout
+    shutil.copytree(ROOT / "bertlib", source / "bertlib", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(ROOT)], check=True, capture_output=True, timeout=300)
+                    "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
     ours = {p.relative_to(ROOT).as_posix() for p in (ROOT / "bertlib").rglob("*.py")}
     assert ours == {p.relative_to(target).as_posix() for p in (target / "bertlib").rglob("*.py")}
     code = ("import bertlib, bertlib.quiz as q, bertlib.bench_engines as b, bertlib.bertviz_assets as v\n"
