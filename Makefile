@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: help install test unit lint notebooks book bench fidelity gpu sweep clean lab results-cpu models test-model \
-        test-models browser-test FORCE
+        test-models browser-test assets FORCE
 .DEFAULT_GOAL := help
 
 ## make help: this list
@@ -181,6 +181,8 @@ browser-test: $(BROWSER_STAMP) node_modules/.package-lock.json
 # The book's browser assets (require.js, d3, jQuery, MathJax) from npm, pinned by package-lock.json and served
 # by the book itself (_ext/bertbook). `make book` installs them first, without running any package's install
 # scripts (bertlib.bertviz_assets.NPM_CI). Node.js and npm must be there: make installs nothing system-wide.
+## make assets: the book's browser assets into node_modules/ (npm ci; make book and make lab run it)
+assets: node_modules/.package-lock.json
 book: node_modules/.package-lock.json
 node_modules/.package-lock.json: package.json package-lock.json
 	@command -v npm >/dev/null || { echo "book: the book's browser assets come from npm: install Node.js and npm \

@@ -363,7 +363,7 @@ def test_ci_installs_node_modules_before_the_second_pass():
     """.ci/run's second pass (in the background) runs the chapters, which read node_modules/: npm ci must be done
     before it starts, not rewrite node_modules/ under it during `make book`."""
     lines = (ROOT / ".ci" / "run").read_text().splitlines()
-    npm = next(i for i, line in enumerate(lines) if line.startswith("make node_modules/.package-lock.json"))
+    npm = next(i for i, line in enumerate(lines) if line.startswith("make assets"))
     second = next(i for i, line in enumerate(lines) if "make test-model" in line)
     assert npm < second
 
