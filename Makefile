@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: help install test unit lint notebooks book bench fidelity gpu sweep clean lab results-cpu models test-model \
-        test-models browser-test FORCE
+        test-models browser-test assets FORCE
 .DEFAULT_GOAL := help
 
 ## make help: this list
@@ -21,12 +21,15 @@ help:
 ## make install: .venv with torch first (TORCH=..., default torch==2.13.0), then the package, book and test extras
 install: $(STAMP)
 
-# The torch requirement .venv is built with. Rewritten only when TORCH differs from the recorded one, so the install
-# stamp below is redone exactly then (`make test TORCH=<CUDA build>` after a CPU install installs the CUDA build).
+# The torch requirement .venv is built with. Rewritten only when TORCH is given (command line or environment) and
+# differs from the recorded one, so the install stamp below is redone exactly then (`make test TORCH=<CUDA build>`
+# after a CPU install installs the CUDA build). A plain `make book` afterwards keeps the recorded build: the default
+# TORCH only seeds a new .venv.
 TORCH_SPEC := $(VENV)/.torch-spec
 $(TORCH_SPEC): FORCE
 	@mkdir -p $(VENV)
-	@printf '%s\n' '$(TORCH)' | cmp -s - $@ || printf '%s\n' '$(TORCH)' > $@
+	@if [ "$(origin TORCH)" = file ] && [ -s $@ ]; then :; \
+	 else printf '%s\n' '$(TORCH)' | cmp -s - $@ || printf '%s\n' '$(TORCH)' > $@; fi
 FORCE:
 
 # torch first: a bare `torch` requirement with nothing installed would pull several GB of CUDA wheels. pip keeps an
@@ -36,9 +39,9 @@ $(STAMP): pyproject.toml constraints.txt $(TORCH_SPEC)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@if [ -f $(VENV)/.torch-installed ] && ! cmp -s $(TORCH_SPEC) $(VENV)/.torch-installed; then \
-	  echo "install: TORCH changed ($$(cat $(VENV)/.torch-installed) -> $(TORCH)): reinstalling torch"; \
+	  echo "install: TORCH changed ($$(cat $(VENV)/.torch-installed) -> $$(cat $(TORCH_SPEC))): reinstalling torch"; \
 	  $(PY) -m pip uninstall --quiet -y torch; fi
-	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet $$(cat $(TORCH_SPEC))
 	cp $(TORCH_SPEC) $(VENV)/.torch-installed
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[book,test]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (bert-taken-apart)" >/dev/null
@@ -86,7 +89,7 @@ test-models: models
 	status=0; for m in $(BOOK_MODELS); do \
 	  $(MAKE) --no-print-directory test-model MODEL=$(abspath $(MODELS))/$$m || status=1; done; exit $$status
 
-## make lint: ruff over bertlib/, _ext/ and tests/ (rules in pyproject.toml [tool.ruff])
+## make lint: ruff over bertlib/, _ext/, tests/ and the chapters' code cells (rules in pyproject.toml [tool.ruff])
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
@@ -107,8 +110,11 @@ book: $(STAMP)
 ## every notebook asks for, wins over a user-wide one). bertviz views draw offline: bertlib.setup() serves them
 ## require.js, d3 and jQuery from node_modules/ (npm ci, as for the book). LAB="--port 8899 --no-browser" passes options.
 LAB ?=
-lab: $(STAMP) node_modules/.package-lock.json
+LAB_STAMP := $(VENV)/.lab-installed
+$(LAB_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[lab]"
+	touch $@
+lab: $(LAB_STAMP) node_modules/.package-lock.json
 	JUPYTER_PREFER_ENV_PATH=1 $(VENV)/bin/jupyter lab --ip=127.0.0.1 --ServerApp.root_dir="$(CURDIR)" \
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB) \
 	  chapters/01_tokenization.ipynb
@@ -175,6 +181,8 @@ browser-test: $(BROWSER_STAMP) node_modules/.package-lock.json
 # The book's browser assets (require.js, d3, jQuery, MathJax) from npm, pinned by package-lock.json and served
 # by the book itself (_ext/bertbook). `make book` installs them first, without running any package's install
 # scripts (bertlib.bertviz_assets.NPM_CI). Node.js and npm must be there: make installs nothing system-wide.
+## make assets: the book's browser assets into node_modules/ (npm ci; make book and make lab run it)
+assets: node_modules/.package-lock.json
 book: node_modules/.package-lock.json
 node_modules/.package-lock.json: package.json package-lock.json
 	@command -v npm >/dev/null || { echo "book: the book's browser assets come from npm: install Node.js and npm \

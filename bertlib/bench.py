@@ -69,6 +69,7 @@ from .bench_engines import (  # noqa: F401
 from .data import length_sorted_batches
 from .encoder import OUTPUTS_ONLY, bert_forward
 from .fast_linear import pack_weights
+from .files import check_output
 from .pretrained import Pretrained, load_pretrained, to_hf_model
 from .runtime import progress_enabled, seeded, setup
 from .timing import keep_freed_memory, paired_ratio, peak_memory_mb, time_interleaved, time_rounds, timed
@@ -308,6 +309,24 @@ def markdown(rows: list[dict], keys: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse bad counts and an unwritable ``--out`` before any model or data is loaded (``parser.error``: the
+    usage, the problem and exit status 2)."""
+    for name in ("repeats", "engine_rounds"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)} "
+                         "(leave it out for the default).")
+    for name in ("posts", "engine_posts", "accuracy_posts"):
+        if getattr(args, name) is not None and getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be 0 (all test posts) or a positive count, got "
+                         f"{getattr(args, name)} (leave it out for the default).")
+    if args.out:
+        try:
+            check_output(args.out, "--out")
+        except ValueError as err:
+            parser.error(str(err))
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small CPU grid for CI (a few minutes)")
@@ -322,14 +341,20 @@ def main(argv: list[str] | None = None) -> dict:
                              "0: all 7,532)")
     parser.add_argument("--accuracy-posts", type=int, default=None,
                         help="engines: score the rows that changed a prediction again on the first N test posts "
-                             "(default: none quick, 0 = all 7,532 otherwise)")
+                             "(default: none quick, all otherwise; 0: all 7,532)")
     parser.add_argument("--probe", action="store_true",
                         help="engines: a linear probe on the pretrained encoder instead of the fine-tuned classifier")
-    parser.add_argument("--engine-rounds", type=int, default=None, help="engines: rounds over the posts (2 quick, 3)")
-    parser.add_argument("--repeats", type=int, default=None, help="timing rounds (default: 5 quick, 7 CPU, 20 GPU)")
+    parser.add_argument("--engine-rounds", type=int, default=None,
+                        help="engines: rounds over the posts, at least 1 (default: 2 quick, 3)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timing rounds, at least 1 (default: 5 quick, 7 CPU, 20 GPU)")
     parser.add_argument("--posts", type=int, default=None,
-                        help="workload: the first N test posts at 512 tokens (default: 128 quick, all 7,532 otherwise)")
+                        help="workload: the first N test posts at 512 tokens (default: 128 quick, all otherwise; "
+                             "0: all 7,532)")
+    parser.epilog = ("Counts of posts: left out means the default shown, 0 means all 7,532 test posts; counts of "
+                     "rounds must be at least 1. Every value and --out are checked before anything is loaded.")
     args = parser.parse_args(argv)
+    check_args(parser, args)
     device = setup(verbose=True).device
     cuda = device.type == "cuda"
     if args.quick:
@@ -341,7 +366,7 @@ def main(argv: list[str] | None = None) -> dict:
         repeats, n_posts, max_len, wl_batch = (20 if cuda else 7), None, 512, 32
         ft = (32, 512, 10) if cuda else (16, 128, 5)
     repeats = args.repeats or repeats
-    n_posts = args.posts or n_posts
+    n_posts = (args.posts if args.posts is not None else n_posts) or None  # 0: all, as --engine-posts
     print(f"bench: {'quick' if args.quick else 'full'} grid, {repeats} interleaved rounds, device={device}")
     minilm = load_pretrained(device=device)
     rows = grid_rows("all-MiniLM-L6-v2", minilm, device, shapes, dtypes, repeats, head_loop=True,

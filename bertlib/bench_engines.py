@@ -18,8 +18,9 @@ from tqdm.auto import tqdm, trange
 
 from .data import collate, length_sorted_batches
 from .encoder import FAST, bert_forward
+from .files import project_path
 from .pretrained import Pretrained
-from .runtime import progress_enabled, seeded
+from .runtime import progress_enabled, resolve_seed, seeded
 from .timing import keep_freed_memory, release_freed_memory, time_rounds, timed
 
 #: A row ``counts`` when its accuracy is within this many percentage points of fp32 bertlib's.
@@ -37,15 +38,17 @@ def padded_batches(enc: list[list[int]], batches: list, pad_id: int, device: tor
 
 
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "_build" / "bench"
+BENCH_DIR = project_path("_build") / "bench"
 
 
 def workload_classifier(pt: Pretrained, device: torch.device, max_steps: int | None = None,
-                        out_dir: str | Path | None = None, seed: int = 0):
+                        out_dir: str | Path | None = None, seed: int | None = None):
     """Chapter 9's quick-profile classifier (``bertlib.finetune``, 300 stratified training posts, 128 tokens), fine-
     tuned once and kept under ``out_dir`` (default :data:`BENCH_DIR`); ``max_steps`` stops it early (chapter 14's
     quick profile). Returns ``(model, label_names, info)``, the model in eval mode on ``device``."""
     import hashlib
+
+    seed = resolve_seed(seed)  # default: $BERTLIB_SEED, else 0
 
     from . import finetune as ft
     from .checkpoint import load_weights
@@ -70,7 +73,7 @@ def workload_classifier(pt: Pretrained, device: torch.device, max_steps: int | N
 
 
 def probe_classifier(pt: Pretrained, device: torch.device, n_train: int = 240, max_length: int = 128,
-                     seed: int = 0):
+                     seed: int | None = None):
     """A cheap stand-in for :func:`workload_classifier` (chapter 14's quick profile): the pretrained encoder
     unchanged and a classifier layer fit by logistic regression on the pooler outputs of ``n_train`` stratified
     training posts (a linear probe, chapter 9). The engines run the whole model either way; only its accuracy is
@@ -80,7 +83,7 @@ def probe_classifier(pt: Pretrained, device: torch.device, n_train: int = 240, m
     from . import finetune as ft
     from .classifier import BertClassifier
 
-    t0 = time.perf_counter()
+    t0, seed = time.perf_counter(), resolve_seed(seed)
     cfg = ft.profile_config("quick", train_size=n_train, seed=seed, data_seed=seed, test_size=20)
     data = ft.load_data(cfg)
     texts = list(data.train.texts) + list(data.val.texts)

@@ -36,6 +36,7 @@ import torch
 from .classifier import BertClassifier
 from .data import collate, epoch_batches
 from .pretrained import Pretrained
+from .runtime import resolve_seed
 from .timing import sync
 
 __all__ = ["TRAIN_COLUMNS", "cpu_profile_batches", "cpu_profile_sequences", "padding_share", "padding_shares",
@@ -65,7 +66,7 @@ def cpu_profile_sequences(tokenizer, n_posts: int, max_length: int = 128, window
     return seqs, target[post_index]
 
 
-def cpu_profile_batches(tokenizer, n_batches: int, batch_size: int, max_length: int = 128, seed: int = 0,
+def cpu_profile_batches(tokenizer, n_batches: int, batch_size: int, max_length: int = 128, seed: int | None = None,
                         bucket_batches: int = 50, windows: bool = True
                         ) -> list[tuple[dict[str, torch.Tensor], torch.Tensor]]:
     """The first ``n_batches`` training batches of a ``cpu``-profile epoch, as ``(batch, labels)`` pairs: the
@@ -74,7 +75,7 @@ def cpu_profile_batches(tokenizer, n_batches: int, batch_size: int, max_length: 
     holds ``(batch, seq)`` tensors; ``labels`` is ``(batch,)``."""
     n_posts = max(bucket_batches, n_batches) * batch_size
     seqs, labels = cpu_profile_sequences(tokenizer, n_posts, max_length, windows)
-    order = epoch_batches(np.array([len(s) for s in seqs]), batch_size, seed, 0, bucket_batches)
+    order = epoch_batches(np.array([len(s) for s in seqs]), batch_size, resolve_seed(seed), 0, bucket_batches)
     order = [idx for idx in order if len(idx) == batch_size]
     if len(order) < n_batches:
         raise ValueError(f"asked for {n_batches} batches of {batch_size}; the training split gives {len(order)}.")
@@ -88,7 +89,7 @@ def padding_share(batches) -> float:
     return 1.0 - sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
 
 
-def padding_shares(lengths, batch_size: int, seed: int = 0, bucket_batches: int = 50) -> dict[str, float]:
+def padding_shares(lengths, batch_size: int, seed: int | None = None, bucket_batches: int = 50) -> dict[str, float]:
     """The padding share of sequences of these ``lengths`` batched as a trainer without buckets batches them
     (shuffled, cut into batches) and as chapter 9's trainer does (:func:`bertlib.data.epoch_batches`):
     ``{"shuffled": ..., "bucketed": ...}``."""
@@ -96,6 +97,7 @@ def padding_shares(lengths, batch_size: int, seed: int = 0, bucket_batches: int 
 
     def share(batches) -> float:
         return 1.0 - lengths.sum() / sum(len(b) * lengths[b].max() for b in batches)
+    seed = resolve_seed(seed)  # default: $BERTLIB_SEED, else 0
     order = np.random.default_rng([seed, 0]).permutation(len(lengths))
     shuffled = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
     return {"shuffled": float(share(shuffled)),

@@ -13,6 +13,8 @@ import os
 import re
 from pathlib import Path
 
+from .files import project_path
+
 #: ``inline`` (a live notebook: bertlib inlines its npm copies into each view) or ``cdn`` (the book build and the
 #: nbval run that fills its cache: the CDN URLs stay in the outputs, and the book rewrites them to its own copies).
 ASSETS_ENV = "BERTLIB_BERTVIZ_ASSETS"
@@ -48,5 +50,5 @@ def cdn_pattern(asset: str, quoted: bool = False) -> re.Pattern[str]:
 
 def node_modules_dir() -> Path:
     """Where a live notebook reads the npm copies: ``$BERTLIB_NODE_MODULES``, else ``node_modules/`` at the
-    repository root (next to ``bertlib/``; the book build reads its own root's)."""
-    return Path(os.environ.get(NODE_MODULES_ENV) or Path(__file__).resolve().parents[1] / "node_modules")
+    repository root (:func:`bertlib.files.project_path`; the book build reads its own root's)."""
+    return Path(os.environ.get(NODE_MODULES_ENV) or project_path("node_modules"))

@@ -174,6 +174,19 @@ def _wrong_summary(wrong: list[str], given: dict, shapes: dict, config: BertConf
     return "; ".join(items) + ". Use the config that was saved with these weights." + hint
 
 
+def check_devices(state_dict: Mapping[str, torch.Tensor], **tensors: torch.Tensor | None) -> None:
+    """The inputs (``input_ids=...``, ``attention_mask=...``) lie on the device of the weights (the word embedding
+    table's), so a mismatch is named here rather than deep inside the first lookup or matmul."""
+    weights = state_dict.get("embeddings.word_embeddings.weight")
+    if not isinstance(weights, torch.Tensor):
+        return
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.device != weights.device:
+            raise ValueError(f"{name} is on {t.device} but the weights are on {weights.device}. Move one to the "
+                             f"other: {name}.to('{weights.device}') (or the tokenizer's output: "
+                             f"enc.to('{weights.device}')), or load the weights with device='{t.device}'.")
+
+
 def check_inputs(
     config: BertConfig,
     input_ids: torch.Tensor,

@@ -87,7 +87,7 @@ class BertClassifier(nn.Module):
         config: BertConfig,
         num_labels: int,
         *,
-        seed: int = 0,
+        seed: int | None = None,
         attn_implementation: str = "eager",
         fused: bool = False,
     ) -> None:

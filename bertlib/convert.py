@@ -314,7 +314,9 @@ def tiny_state_dict(config: BertConfig, seed: int = 0) -> dict[str, torch.Tensor
 
 def build_tiny(out_dir: str | Path, seed: int = 0) -> dict:
     """tiny-odd-bert at ``out_dir``: :func:`tiny_config`, :func:`tiny_state_dict` and a cased WordPiece tokenizer
-    of :func:`tiny_vocab` with ``model_max_length`` 128. Returns the record written to ``conversion.json``."""
+    of :func:`tiny_vocab` with ``model_max_length`` 128. Returns the record written to ``conversion.json``.
+    ``seed`` stays 0 whatever ``$BERTLIB_SEED`` says: tiny-odd-bert is one fixed checkpoint (``make models``), the
+    same for every run of a seed sweep, not a draw that a claim averages over."""
     from transformers import BertTokenizer
 
     vocab = tiny_vocab()

@@ -11,6 +11,7 @@ it. Used from chapter 1, *Tokenization and the data*.
 from __future__ import annotations
 
 import codecs
+import itertools
 import os
 import pickle
 import re
@@ -30,10 +31,46 @@ from .runtime import resolve_seed
 ARCHIVE_ENV = "BERTLIB_20NG_ARCHIVE"
 #: Documents per split in the ``bydate`` version, as scikit-learn documents them.
 SPLIT_SIZES = {"train": 11314, "test": 7532}
+#: Its classes: every stratified draw (:func:`bertlib.newsgroups.split_data`) needs a post of each.
+N_CLASSES = 20
 CACHE_NAME = "20news-bydate_py3.pkz"  # scikit-learn's name for its cache file
 _FOLDERS = {"train": "20news-bydate-train", "test": "20news-bydate-test"}
 #: The value padding positions get, per key of a tokenized text (``input_ids``: the tokenizer's pad id).
 _PAD_VALUES = {"attention_mask": 0, "token_type_ids": 0}
+
+
+def extract_safely(tar: tarfile.TarFile, dest: str | os.PathLike) -> None:
+    """``tar.extractall(dest, filter="data")`` (no absolute paths, no ``..``, no links out of ``dest``, no device
+    files). Python 3.11.0-3.11.3 (Debian 12's 3.11.2) have no extraction filters: there only regular files and
+    folders with relative paths inside ``dest`` are extracted, and any other member is refused."""
+    if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4 (and the 3.8-3.10 security releases)
+        tar.extractall(dest, filter="data")
+        return
+    root = Path(dest).resolve()
+    members = tar.getmembers()
+    for m in members:
+        target = (root / m.name).resolve()
+        if not (m.isfile() or m.isdir()) or Path(m.name).is_absolute() or not target.is_relative_to(root):
+            raise tarfile.TarError(f"refusing to extract {m.name!r}: only files and folders inside the archive's "
+                                   "own tree are extracted")
+    tar.extractall(dest, members=members)
+
+
+def check_sizes(train_size: int | None, test_size: int | None, val_fraction: float, n_classes: int = N_CLASSES) -> None:
+    """Refuse subset sizes a stratified draw cannot make (scikit-learn would raise only after the model has loaded):
+    the validation split and the training posts left each need a post of every one of ``n_classes`` classes."""
+    def n_val(size: int) -> int:  # as split_data holds them out
+        return max(n_classes, round(val_fraction * size))
+
+    if train_size is not None and 1 <= train_size < n_val(train_size) + n_classes:
+        least = next(n for n in itertools.count(2 * n_classes) if n >= n_val(n) + n_classes)
+        raise ValueError(f"train_size={train_size} is too small: {n_val(train_size)} of them are held out for "
+                         f"validation, and stratifying needs a post of each of the {n_classes} classes in both "
+                         f"parts. Use train_size (--train-size) {least} or more, or None for every training post.")
+    if test_size is not None and 1 <= test_size < n_classes:
+        raise ValueError(f"test_size={test_size} is too small: a stratified draw needs at least one post of each of "
+                         f"the {n_classes} classes. Use test_size (--test-size) {n_classes} or more, or None for every "
+                         "test post.")
 
 
 def build_cache(archive: str | os.PathLike, data_home: str | os.PathLike | None = None) -> Path:
@@ -54,7 +91,7 @@ def build_cache(archive: str | os.PathLike, data_home: str | os.PathLike | None 
     with tempfile.TemporaryDirectory() as tmp:
         try:
             with tarfile.open(archive, "r:gz") as tar:
-                tar.extractall(tmp, filter="data")
+                extract_safely(tar, tmp)
         except (tarfile.TarError, OSError, EOFError) as err:
             raise ValueError(
                 f"{archive} is not a readable tar.gz archive ({err}). Download 20news-bydate.tar.gz again."

@@ -22,6 +22,7 @@ from .checks import (
     POOLER_KEYS,
     RELATIVE_TYPES,
     check_config,
+    check_devices,
     check_head_mask,
     check_hidden,
     check_inputs,
@@ -135,6 +136,8 @@ def _validate(state_dict, config, input_ids, attention_mask, token_type_ids, pos
         raise ValueError("attn_implementation='unpadded' supports absolute position embeddings only; use 'eager' "
                          f"or 'sdpa' with position_embedding_type={position_embedding_type(config)!r}.")
     check_state_dict(state_dict, config, pooler=add_pooling_layer)
+    check_devices(state_dict, input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                  position_ids=position_ids)
     check_inputs(config, input_ids, attention_mask, token_type_ids, position_ids)
 
 

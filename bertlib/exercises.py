@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .runtime import resolve_seed
+
 
 class ExerciseIncomplete(AssertionError):
     """An answer of an exercise is still missing (``None``): the learner has not written it yet."""
@@ -42,13 +44,15 @@ def check_answers(exercise: str, **answers: Any) -> None:
         )
 
 
-def wrong_answer(value: Any, *, seed: int = 0) -> Any:
+def wrong_answer(value: Any, *, seed: int | None = None) -> Any:
     """A deliberately wrong version of an answer, of the same type and shape, for testing that a check can fail.
 
     Tensors and arrays: floats get ``+ 1`` plus seeded noise (so ratios, argmaxes and sums all move), integers
     ``+ 1``, booleans are flipped; Python numbers, strings and booleans change likewise; containers element-wise;
-    a callable returns wrong outputs. Anything else raises ``TypeError``: keep answers to these types.
+    a callable returns wrong outputs. Anything else raises ``TypeError``: keep answers to these types. ``seed``
+    (default ``$BERTLIB_SEED``, else 0) draws the noise.
     """
+    seed = resolve_seed(seed)
     if isinstance(value, torch.Tensor):
         if value.dtype == torch.bool:
             return ~value

@@ -34,7 +34,7 @@ from .files import write_text
 from .finetune_config import FinetuneConfig, parse_args
 from .inference import best_on_validation, scores
 from .newsgroups import NewsData, encode, load_data
-from .pretrained import Pretrained, load_pretrained, model_name
+from .pretrained import Pretrained, check_max_length, load_pretrained, model_name
 from .runtime import get_device, hardware, progress_enabled
 from .windows import check_windows, encode_windows, pool_windows
 
@@ -153,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     data = load_data(cfg, cmd.archive)
     pretrained = load_pretrained(cfg.model, device=device)
+    check_max_length(cfg.max_length, pretrained)
     print(f"[features] profile {cfg.profile} remove_headers={cfg.remove_headers} train={len(data.train)} "
           f"val={len(data.val)} test={len(data.test)} max_length={cfg.max_length} stride={cfg.window_stride}",
           flush=True)

@@ -17,8 +17,9 @@ import torch
 
 from .data import example_sentences
 from .encoder import bert_forward
+from .files import check_output
 from .pretrained import Pretrained, load_pretrained, to_hf_model
-from .runtime import setup, tolerance
+from .runtime import TOLERANCES, setup, tolerance
 
 
 def max_diffs(pretrained: Pretrained, texts: list[str], device: torch.device, dtype: torch.dtype,
@@ -53,15 +54,47 @@ def report(table: dict[str, dict[str, float | None]], device: torch.device) -> s
     return "\n".join(lines)
 
 
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace, device: torch.device) -> None:
+    """Refuse, before the model is loaded, a dtype without a stated tolerance on ``device`` (float16 on CPU), an
+    unknown dtype or attention function, too few sentences and an unwritable ``--json`` (``parser.error``)."""
+    from .attention_functions import ATTENTION_FUNCTIONS
+
+    for name in args.dtypes.split(","):
+        dtype = getattr(torch, name, None)
+        if not isinstance(dtype, torch.dtype):
+            parser.error(f"--dtypes: {name!r} is not a torch dtype; use float32, float64, bfloat16 or float16.")
+        try:
+            tolerance(device, dtype)
+        except ValueError:
+            known = sorted(str(d).removeprefix("torch.") for t, d in TOLERANCES if t == device.type)
+            parser.error(f"--dtypes: {name} has no stated tolerance on {device.type} (its kernels are not run "
+                         f"there or not checked): use {', '.join(known)}.")
+    for name in args.attn.split(","):
+        if name not in ATTENTION_FUNCTIONS:
+            parser.error(f"--attn: {name!r} is not one of bertlib's attention functions {sorted(ATTENTION_FUNCTIONS)}.")
+    if args.sentences < 2:
+        parser.error(f"--sentences must be at least 2, got {args.sentences}: a padded batch needs sentences of "
+                     "different lengths, so that both real and padding positions are compared.")
+    if args.json:
+        try:
+            check_output(args.json, "--json")
+        except ValueError as err:
+            parser.error(str(err))
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help="local directory or Hub id (default: $BERTLIB_MODEL or MiniLM)")
-    parser.add_argument("--dtypes", default="float32,float64")
+    parser.add_argument("--dtypes", default="float32,float64",
+                        help="comma-separated dtypes with a stated tolerance on the device (bertlib.tolerance): "
+                             "float32, float64, bfloat16; float16 on CUDA only")
     parser.add_argument("--attn", default="eager", help="comma-separated attention functions (eager,sdpa,...)")
-    parser.add_argument("--sentences", type=int, default=8)
+    parser.add_argument("--sentences", type=int, default=8, help="real sentences in the padded batch (at least 2: "
+                                                                 "one padded, one not)")
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
     args = parser.parse_args(argv)
     device = setup().device
+    check_args(parser, args, device)
     pretrained = load_pretrained(args.model)
     texts = example_sentences(args.sentences)
     table = {f"{dt}/{attn}": max_diffs(pretrained, texts, device, getattr(torch, dt), attn)

@@ -85,7 +85,7 @@ from .finetune_state import FinetuneResult, Run, TrainState
 from .inference import autocast, evaluate, predict_logits, scores
 from .newsgroups import REMOVE, NewsData, Split, encode, head_tokens, load_data, split_data, token_counts, truncate
 from .optimization import adamw, linear_schedule, optimizer_step, schedule, warmup_steps
-from .pretrained import Pretrained, load_pretrained, model_name
+from .pretrained import Pretrained, check_max_length, load_pretrained, model_name
 from .runtime import get_device, progress_enabled, set_seed
 from .windows import encode_windows
 
@@ -220,6 +220,7 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
         torch.manual_seed(rank_seed(cfg.seed, ddp.rank))  # this rank's own dropout masks; rank 0's are a single run's
     with ddp.main_first():  # rank 0 alone fills scikit-learn's cache from the archive, if it is empty
         pretrained = pretrained if pretrained is not None else load_pretrained(cfg.model)
+        check_max_length(cfg.max_length, pretrained)  # the model's limits are known now: before the data and training
         data = data if data is not None else load_data(cfg, archive)
     seqs = {split: encode(pretrained.tokenizer, getattr(data, split).texts, cfg.max_length, cfg.truncation)
             for split in ("train", "val", "test")}

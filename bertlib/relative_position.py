@@ -35,7 +35,7 @@ __all__ = ["RELATIVE_TYPES", "add_distance_embeddings", "distance_embedding_key"
            "relative_position_scores"]
 
 
-def add_distance_embeddings(state_dict: Mapping[str, torch.Tensor], config: BertConfig, seed: int = 0,
+def add_distance_embeddings(state_dict: Mapping[str, torch.Tensor], config: BertConfig, seed: int | None = None,
                             std: float | None = None) -> dict[str, torch.Tensor]:
     """``state_dict`` plus a freshly initialised distance table per layer, ``(2 * max_position_embeddings - 1,
     head_size)``, normal with standard deviation ``std`` (default ``config.initializer_range``, HF's init), on the

@@ -9,13 +9,18 @@ import random
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import numpy as np
 import torch
 
 from .notebook import node_modules_dir, use_vendored_bertviz_assets
 
-PROFILES = ("quick", "full")
+#: The profiles, by name: how much a chapter or a command does. The chapters run ``quick`` (CPU in minutes) or, for
+#: any other profile, their full-size experiments; what each profile sets for fine-tuning is
+#: :data:`bertlib.finetune_config.PROFILES` (the one table of profile values, keyed by exactly these names).
+Profile = Literal["quick", "cpu", "full"]
+PROFILE_NAMES: tuple[str, ...] = get_args(Profile)
 
 #: Tolerances the book asserts with, by (device type, dtype): ``dict(atol=..., rtol=...)``.
 #: float32, on CPU and on CUDA with TF32 off: our reductions are ordered differently from HF's kernels, so a few
@@ -48,17 +53,41 @@ def progress_enabled() -> bool:
 
 
 def get_device() -> torch.device:
-    """``$BERTLIB_DEVICE`` if set, else CUDA when available, else CPU."""
-    name = os.environ.get("BERTLIB_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    """``$BERTLIB_DEVICE`` if set (checked by :func:`check_device`), else CUDA when available, else CPU."""
+    name = os.environ.get("BERTLIB_DEVICE")
+    if name:
+        return check_device(name, "BERTLIB_DEVICE")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def check_device(name: str | torch.device, option: str = "device") -> torch.device:
+    """``torch.device(name)``, refused with the fix when it is not a device name or names a GPU this machine or
+    this torch build does not have (``option``: the setting to name in the message, e.g. ``--device``)."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"{option}={name!r} is not a device: use cpu, cuda or cuda:N.") from err
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"{option}={name!r}, but torch finds no CUDA GPU (torch {torch.__version__}, "
+                             f"CUDA build: {torch.version.cuda or 'no'}). Use {option}=cpu, or on a GPU machine "
+                             "install a CUDA build of torch (make install TORCH=\"torch --index-url "
+                             "https://download.pytorch.org/whl/cu126\").")
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"{option}={name!r}, but this machine has {count} CUDA GPU(s): use cuda:0 to "
+                             f"cuda:{count - 1}.")
+    return device
 
 
 def get_profile(device: torch.device | None = None) -> str:
-    """``$BERTLIB_PROFILE`` (``quick`` or ``full``); by default ``full`` on CUDA and ``quick`` on CPU."""
+    """``$BERTLIB_PROFILE`` (one of :data:`PROFILE_NAMES`); by default ``full`` on CUDA and ``quick`` on CPU.
+    The chapters run their small experiments under ``quick`` and their full-size ones under any other profile."""
     device = device or get_device()
     profile = os.environ.get("BERTLIB_PROFILE") or ("full" if device.type == "cuda" else "quick")
-    if profile not in PROFILES:
-        raise ValueError(f"BERTLIB_PROFILE must be one of {PROFILES}, got {profile!r}.")
+    if profile not in PROFILE_NAMES:
+        raise ValueError(f"BERTLIB_PROFILE must be one of {PROFILE_NAMES}, got {profile!r}: unset it or set e.g. "
+                         "BERTLIB_PROFILE=quick.")
     return profile
 
 

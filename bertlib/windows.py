@@ -129,7 +129,7 @@ class WindowClassifier(nn.Module):
 
 def fit_window_classifier(train: tuple, val: tuple, num_labels: int, pool: str = "mean",
                           weight_decays: tuple[float, ...] = (1e-3, 1e-2, 1e-1), steps: int = 300,
-                          lr: float = 1e-2, seed: int = 0) -> tuple[WindowClassifier, float, float]:
+                          lr: float = 1e-2, seed: int | None = None) -> tuple[WindowClassifier, float, float]:
     """Train a :class:`WindowClassifier` on fixed window vectors; return it, the weight decay validation chose and
     its validation accuracy. ``train`` and ``val``: ``(vectors (windows, hidden), post_index (windows,), labels
     (posts,))``. The vectors are standardised with the training windows' mean and standard deviation (kept in the

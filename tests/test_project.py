@@ -36,13 +36,19 @@ def test_environment_yml_matches_pyproject():
     assert in_env == declared, f"only in environment.yml: {in_env - declared}; only in pyproject: {declared - in_env}"
 
 
+#: Pinned in constraints.txt besides the recorded versions: the subsets' sampler, the book's builder, the linter.
+TOOL_PINS = ("scikit-learn", "Sphinx", "jupyter-book", "ruff")
+
+
 def test_constraints_pin_the_recorded_versions():
     """constraints.txt (what `make install` installs with) pins the versions tests/reproducibility.json recorded the
     golden numbers with; torch is chosen by the Makefile's TORCH, whose default is the recorded version."""
     recorded = json.loads((ROOT / "tests" / "reproducibility.json").read_text())["recorded_with"]
     pins = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
                 if line.strip() and not line.startswith("#"))
+    tools = {k: pins.pop(k, None) for k in TOOL_PINS}
     assert pins == {k: v for k, v in recorded.items() if k not in ("python", "torch")}, (pins, recorded)
+    assert all(tools.values()), f"constraints.txt must pin {TOOL_PINS}: {tools}"
     torch_default = re.search(r"^TORCH\s*\?=\s*torch==(\S+)", (ROOT / "Makefile").read_text(), re.MULTILINE)
     assert torch_default and recorded["torch"].split("+")[0] == torch_default.group(1)
     python = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
