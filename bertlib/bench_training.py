@@ -104,8 +104,8 @@ def padding_shares(lengths, batch_size: int, seed: int = 0, bucket_batches: int 
             "bucketed": float(share(epoch_batches(lengths, batch_size, seed, 0, bucket_batches)))}
 
 
-def _bertlib_runner(pt: Pretrained, num_labels: int, attn: str, compile_: bool = False, bf16: bool = False
-                    ) -> Callable:
+def _bertlib_runner(pt: Pretrained, num_labels: int, attn: str, compile_: bool = False, bf16: bool = False,
+                    lr: float = LR) -> Callable:
     """A function that trains chapter 9's classifier on a list of batches, one step each (with ``bf16``: bfloat16
     autocast, :func:`bertlib.runtime.autocast_for`), and returns the ``time.perf_counter()`` at the end of every step;
     the model it trains is its ``.model``, its AdamW ``.optimizer``."""
@@ -113,7 +113,7 @@ def _bertlib_runner(pt: Pretrained, num_labels: int, attn: str, compile_: bool =
     from .optimization import adamw
 
     model = BertClassifier(pt.state_dict, pt.config, num_labels, attn_implementation=attn, fused=True).train()
-    opt = adamw(model, LR, WEIGHT_DECAY)
+    opt = adamw(model, lr, WEIGHT_DECAY)
     net = torch.compile(model) if compile_ else model
 
     def run(batches) -> list[float]:
@@ -127,7 +127,7 @@ def _bertlib_runner(pt: Pretrained, num_labels: int, attn: str, compile_: bool =
 
 
 def _trainer_runner(pt: Pretrained, num_labels: int, device: torch.device, callbacks: tuple = (),
-                    bf16: bool = False) -> Callable:
+                    bf16: bool = False, lr: float = LR) -> Callable:
     """The same as :func:`_bertlib_runner` through ``transformers.Trainer.train`` on ``BertForSequenceClassification``
     (SDPA, the same initial weights): a new ``Trainer`` per call, the batches fed in order, one per step, with
     ``callbacks`` (``TrainerCallback`` instances) beside the clock. ``bf16``: ``TrainingArguments(bf16=True)``,
@@ -158,7 +158,7 @@ def _trainer_runner(pt: Pretrained, num_labels: int, device: torch.device, callb
         clock = Clock()
         with _random_states_kept(), tempfile.TemporaryDirectory() as outdir:  # Trainer seeds every generator
             args = TrainingArguments(  # as train_step: bf16 autocast (CUDA or asked), clipping, fused AdamW
-                output_dir=outdir, per_device_train_batch_size=1, max_steps=len(items), learning_rate=LR,
+                output_dir=outdir, per_device_train_batch_size=1, max_steps=len(items), learning_rate=lr,
                 weight_decay=WEIGHT_DECAY, max_grad_norm=MAX_GRAD_NORM, lr_scheduler_type="constant",
                 optim="adamw_torch_fused", logging_strategy="no", save_strategy="no", report_to="none",
                 disable_tqdm=True, dataloader_pin_memory=False, use_cpu=device.type == "cpu",
@@ -286,7 +286,7 @@ def bf16_step_error(pt: Pretrained, batches, num_labels: int = 20, attn: str = "
         (l32, g32), (l16, g16) = (loss_and_grad(batch, labels, bf16) for bf16 in (False, True))
         per_batch.append({"loss_rel": float((l16 - l32).abs() / l32.abs()),
                           "grad_rel": float((g16 - g32).norm() / g32.norm()),
-                          "grad_cos": float(torch.nn.functional.cosine_similarity(g16, g32, dim=0))})
+                          "grad_cos": float(torch.nn.functional.cosine_similarity(g16.double(), g32.double(), dim=0))})
     return {"loss_rel": max(b["loss_rel"] for b in per_batch), "grad_rel": max(b["grad_rel"] for b in per_batch),
             "grad_cos": min(b["grad_cos"] for b in per_batch), "per_batch": per_batch,
             "bf16": bf16_supported(device)}
@@ -294,13 +294,14 @@ def bf16_step_error(pt: Pretrained, batches, num_labels: int = 20, attn: str = "
 
 def time_to_accuracy(pt: Pretrained, device: torch.device, train: tuple[list[list[int]], np.ndarray],
                      val: tuple[list[list[int]], np.ndarray], method: str, *, epochs: int, batch_size: int,
-                     eval_every: int, num_labels: int = 20, seed: int = 0, bucket_batches: int = 50) -> dict:
+                     eval_every: int, lr: float = LR, num_labels: int = 20, seed: int = 0,
+                     bucket_batches: int = 50) -> dict:
     """Validation accuracy against training wall-clock seconds, for one short real fine-tuning run.
 
     ``method`` is a row name of :func:`training_rows` (``UNPADDED + BF16``, ``TRAINER``, ...; compiled rows are
     not offered here). ``train`` and ``val`` are token ids and class indices. Every method trains the same initial
     model on the same batches (:func:`bertlib.data.epoch_batches`, ``epochs`` epochs, constant learning rate
-    ``LR``, fused AdamW, clipping); every ``eval_every`` steps, and at the end, the model is scored on ``val``
+    ``lr``, fused AdamW, clipping); every ``eval_every`` steps, and at the end, the model is scored on ``val``
     (float32, eval mode, dropout off) with the clock stopped. Returns ``{"method", "seconds": [...],
     "steps": [...], "accuracy": [...]}``, starting at step 0 (the untrained head), and ``"tokens"`` trained on."""
     from .data import collate
@@ -339,9 +340,9 @@ def time_to_accuracy(pt: Pretrained, device: torch.device, train: tuple[list[lis
     with _random_states_kept():
         torch.manual_seed(seed)  # dropout: the same masks for every bertlib method
         if base == TRAINER:
-            _trainer_curve(pt, num_labels, device, batches, bf16, eval_every, point)
+            _trainer_curve(pt, num_labels, device, batches, bf16, eval_every, point, lr)
         else:
-            run = _bertlib_runner(pt, num_labels, "unpadded" if base == UNPADDED else "sdpa", bf16=bf16)
+            run = _bertlib_runner(pt, num_labels, "unpadded" if base == UNPADDED else "sdpa", bf16=bf16, lr=lr)
             point(run.model, 0, 0.0)
             elapsed, start = 0.0, _now(device)
             for step, one in enumerate(batches, 1):
@@ -353,7 +354,7 @@ def time_to_accuracy(pt: Pretrained, device: torch.device, train: tuple[list[lis
 
 
 def _trainer_curve(pt: Pretrained, num_labels: int, device: torch.device, batches, bf16: bool, eval_every: int,
-                   point: Callable) -> None:
+                   point: Callable, lr: float) -> None:
     """:func:`time_to_accuracy` for ``Trainer``: ``point(model, step, seconds)`` from a callback, the time spent
     in it taken off the clock; the clock starts when ``Trainer.train`` begins."""
     from transformers import TrainerCallback
@@ -372,7 +373,7 @@ def _trainer_curve(pt: Pretrained, num_labels: int, device: torch.device, batche
                 point(model, state.global_step, t - self.start - self.paused)
                 self.paused += _now(device) - t
 
-    run = _trainer_runner(pt, num_labels, device, callbacks=(Scores(),), bf16=bf16)
+    run = _trainer_runner(pt, num_labels, device, callbacks=(Scores(),), bf16=bf16, lr=lr)
     run(batches)
 
 
