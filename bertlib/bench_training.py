@@ -395,3 +395,54 @@ def _now(device: torch.device) -> float:
 
 def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
     return {k: v.to(device) for k, v in batch.items()}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``python -m bertlib.bench_training``: the training section of ``python -m bertlib.bench`` alone (its rows,
+    the bf16 step's error and, with ``--curves N``, time-to-accuracy curves on ``N`` of the quick profile's training
+    posts), written as JSON with the machine's load."""
+    import argparse
+    import json
+    import os
+
+    from .finetune import encode, load_data, profile_config
+    from .pretrained import load_pretrained
+    from .runtime import setup
+
+    parser = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=32, help="windows per batch (default 32, the cpu profile's)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--steps", type=int, default=4, help="steps per method per round, the first untimed")
+    parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile rows")
+    parser.add_argument("--curves", type=int, default=0, help="time-to-accuracy curves on this many posts (0: none)")
+    parser.add_argument("--out", default=None, help="write the result as JSON")
+    args = parser.parse_args(argv)
+    device = setup().device
+    pt = load_pretrained(device=device)
+    batches = cpu_profile_batches(pt.tokenizer, args.rounds * args.steps, args.batch, min(128, pt.max_length))
+    result = training_rows(pt, device, batches, args.rounds, args.steps, compile_=not args.no_compile)
+    result["bf16_error"] = bf16_step_error(pt, batches[:args.rounds])
+    from .bench import markdown
+
+    print(markdown(result["rows"], TRAIN_COLUMNS))
+    print({k: v for k, v in result["bf16_error"].items() if k != "per_batch"})
+    if args.curves:
+        data = load_data(profile_config("quick"))
+        train = encode(pt.tokenizer, list(data.train.texts[:args.curves]), 128, "head_tail"), data.train.labels
+        val = encode(pt.tokenizer, list(data.test.texts[:100]), 128, "head_tail"), data.test.labels[:100]
+        tag = BF16 if bf16_supported(device) else ""
+        result["curves"] = [time_to_accuracy(pt, device, (train[0], train[1][:args.curves]), val, method, epochs=3,
+                                             batch_size=16, eval_every=10, lr=2e-4)
+                            for method in (UNPADDED + tag, TRAINER + tag, PADDED)]
+        for c in result["curves"]:
+            print(c["method"], list(zip(c["seconds"], c["accuracy"], strict=True)))
+    result["setup"]["load_average"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"bench_training: wrote {args.out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
