@@ -179,8 +179,9 @@ BF16 = " + bf16"  # appended to a method's name: the same step under bfloat16 au
 
 
 def precisions_for(device: torch.device) -> tuple[str, ...]:
-    """``("float32", "bfloat16")`` where :func:`bertlib.runtime.bf16_supported`, else ``("float32",)``."""
-    return ("float32", "bfloat16") if bf16_supported(device) else ("float32",)
+    """``("float32", "bfloat16")`` on a CPU where :func:`bertlib.runtime.bf16_supported`, else ``("float32",)``.
+    On CUDA chapter 9's step and ``Trainer`` always run under bf16 autocast, so there is one set of rows."""
+    return ("float32", "bfloat16") if device.type == "cpu" and bf16_supported(device) else ("float32",)
 
 
 def _runners(pt: Pretrained, num_labels: int, device: torch.device, precisions, compile_: bool) -> dict:
@@ -219,6 +220,9 @@ def training_rows(pt: Pretrained, device: torch.device, batches, rounds: int, st
     if len(batches) < rounds * steps or steps < 2:
         raise ValueError(f"need steps >= 2 and rounds * steps = {rounds * steps} batches, got {len(batches)}.")
     precisions = tuple(precisions or precisions_for(device))
+    if "float32" not in precisions or not set(precisions) <= {"float32", "bfloat16"}:
+        raise ValueError(f"precisions must hold 'float32' (the rows' reference) and may add 'bfloat16', "
+                         f"got {precisions!r}.")
     if "bfloat16" in precisions and not bf16_supported(device):
         print(f"bench_training: {device} has no native bfloat16 matrix products: the float32 rows only")
         precisions = tuple(p for p in precisions if p != "bfloat16")
