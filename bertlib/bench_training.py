@@ -119,7 +119,8 @@ def _bertlib_runner(pt: Pretrained, num_labels: int, attn: str, compile_: bool =
     def run(batches) -> list[float]:
         ends = []
         for batch, labels in batches:
-            train_step(net, batch, labels, opt, max_grad_norm=MAX_GRAD_NORM, bf16=bf16)
+            # bf16=None: chapter 9's default (bf16 autocast on CUDA only)
+            train_step(net, batch, labels, opt, max_grad_norm=MAX_GRAD_NORM, bf16=bf16 or None)
             ends.append(_now(labels.device))
         return ends
     run.model, run.optimizer = model, opt

@@ -132,7 +132,7 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: FinetuneConfig, total_
 
 def train_step(model: torch.nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor,
                optimizer: torch.optim.Optimizer, scheduler=None, *, max_grad_norm: float | None = 1.0,
-               loss_weight: float | None = None, bf16: bool = False) -> torch.Tensor:
+               loss_weight: float | None = None, bf16: bool | None = None) -> torch.Tensor:
     """One optimiser step: forward in train mode (bf16 autocast on CUDA, and with ``bf16`` on a CPU that supports it:
     :func:`bertlib.runtime.autocast_for`) → cross-entropy → backward → clip the
     gradient norm → AdamW step → schedule step → zero the gradients (:func:`bertlib.optimization.optimizer_step`).
