@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .PHONY: help install test unit lint notebooks book bench fidelity gpu sweep clean lab results-cpu models test-model \
-        test-models browser-test assets FORCE
+        test-models browser-test assets test-engines FORCE
 .DEFAULT_GOAL := help
 
 ## make help: this list
@@ -119,11 +119,23 @@ lab: $(LAB_STAMP) node_modules/.package-lock.json
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB) \
 	  chapters/01_tokenization.ipynb
 
+# The `bench` extra (OpenVINO, CTranslate2 and ONNX's exporters), installed once, as the browser extra below: CI
+# installs it before `make test`, so tests/test_engines.py runs every engine instead of skipping two.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[bench]"
+	touch $@
+
 ## make bench: bertlib vs transformers speed (python -m bertlib.bench); BENCH=--quick for the small CI grid
 BENCH ?=
-bench: $(STAMP)
+bench: $(BENCH_STAMP)
 	mkdir -p _build
 	$(PY) -m bertlib.bench $(BENCH) --out _build/bench$(subst --,_,$(BENCH)).json
+
+## make test-engines: every engine's test (tests/test_engines.py: OpenVINO, CTranslate2, ONNX Runtime, int8, bf16,
+## torch.compile against bertlib's logits), with the `bench` extra installed first
+test-engines: $(BENCH_STAMP)
+	$(PY) -m pytest tests/test_engines.py -q -rs
 
 ## make fidelity: bertlib vs transformers, max |diff| per layer (python -m bertlib.fidelity). FIDELITY="--attn eager,sdpa"
 FIDELITY ?=

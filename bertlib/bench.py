@@ -15,24 +15,26 @@ is taken within a round and then the median over rounds. Sections:
 - **workload**: 20 Newsgroups test posts: naive padded batches (dataset order) vs length-sorted batches vs
   bertlib's padding-free path (:mod:`bertlib.unpadded`), in posts/s, with the [CLS] vectors checked equal. The
   methods take turns batch by batch, so a slowdown of the machine hits all of them alike.
-- **engines** (issue 29): chapter 9's fine-tuned classifier (:func:`workload_classifier`, kept under
-  ``_build/bench``) on 20 Newsgroups test posts through HF (eager, sdpa, ``torch.ao`` int8), bertlib (sdpa,
-  padding-free, int8 weights, ``torch.compile``) and the engines of :mod:`bertlib.engines` (ONNX Runtime with and
-  without its transformer optimizer, OpenVINO, CTranslate2): posts/s with its min and max over rounds, paired
-  speed-ups over HF's naive batches, the latency of one 128-token post, and test accuracy with its gap to fp32
-  bertlib (a row counts within 0.3 points; the full profile scores every row that changed a prediction again on all
-  7,532 test posts, ``--accuracy-posts``). bertlib's fastest float32 path prepacks its weights for oneDNN and applies
-  GELU inside the product (:class:`bertlib.fast_linear.PackedLinear`). ``--quick`` keeps int8, prepacked weights and
-  ONNX Runtime with its optimizer, on 64 posts.
-  An engine whose package is absent is skipped with a message (``pip install -e '.[bench]'``). int8 uses
-  ``torch.ops.quantized.linear_dynamic`` (the kernel of ``torch.ao.quantization.quantize_dynamic``): measured here
-  faster than ``torch._int_mm`` with hand-written (de)quantization (89 vs 153 ms, fp32 368 ms, for a
-  4096x384 by 384x1536 product on one loaded core).
+- **engines** (issue 29): chapter 9's fine-tuned classifier (:func:`workload_classifier`, kept under ``_build/bench``)
+  on 20 Newsgroups test posts through HF (eager, sdpa, ``torch.ao`` int8), bertlib (sdpa, padding-free, int8 weights,
+  bfloat16 autocast, ``torch.compile``) and the engines of :mod:`bertlib.engines` (ONNX Runtime with and without its
+  transformer optimizer, OpenVINO, CTranslate2): posts/s with its min and max over rounds, paired speed-ups over HF's
+  naive batches, the latency of one 128-token post, and test accuracy with its gap to fp32 bertlib (a row counts
+  within 0.3 points; the full profile scores every row that changed a prediction again on all 7,532 test posts,
+  ``--accuracy-posts``). bertlib's fastest float32 path prepacks its weights for oneDNN and applies GELU inside the
+  product (:class:`bertlib.fast_linear.PackedLinear`). ``--quick`` keeps int8, prepacked weights, bf16 and ONNX
+  Runtime with its optimizer, on 64 posts. An engine whose package is absent is skipped with a message (``pip install
+  -e '.[bench]'``). int8 uses ``torch.ops.quantized.linear_dynamic`` (the kernel of
+  ``torch.ao.quantization.quantize_dynamic``): measured here faster than ``torch._int_mm`` with hand-written
+  (de)quantization (89 vs 153 ms, fp32 368 ms, for a 4096x384 by 384x1536 product on one loaded core).
 - **finetune**: training steps/s of ``bertlib.BertClassifier`` vs ``transformers.BertForSequenceClassification``
   with the same loop (AdamW, bf16 autocast on CUDA).
 - **training**: the fine-tuning step on the ``cpu`` profile's batches against ``transformers.Trainer`` itself:
-  chapter 9's padded step, the padding-free step and (full) ``torch.compile``, in real tokens/s
-  (:mod:`bertlib.bench_training`).
+  chapter 9's padded step, the padding-free step and (full) ``torch.compile`` with its compile time and break-even
+  step count, each in float32 and, where the device multiplies bfloat16 natively
+  (:func:`bertlib.runtime.bf16_supported`), under bfloat16 autocast against ``Trainer(bf16=True)``; real tokens/s,
+  paired speed-ups over ``Trainer`` at the same precision and over chapter 9's float32 step (min-max over rounds),
+  and the bf16 step's loss and gradient error against float32 (:mod:`bertlib.bench_training`).
 
 Timing and memory are measured by :mod:`bertlib.timing` (interleaved rounds, paired ratios, glibc's allocator kept
 from handing memory back, peak memory by ``psutil``).
@@ -58,9 +60,11 @@ from transformers import BertConfig
 # The engines section lives in bench_engines; chapter 14 and the tests read its names from here.
 from .bench_engines import (  # noqa: F401
     BENCH_DIR,
+    BF16_ROW,
     ENGINE_COLUMNS,
     ENGINE_METHODS,
     QUICK_ENGINE_METHODS,
+    _load,
     engine_rows,
     padded_batches,
     probe_classifier,
@@ -399,13 +403,18 @@ def main(argv: list[str] | None = None) -> dict:
         print()
         print(markdown(result["finetune"]))
     if not args.no_training:
-        from .bench_training import TRAIN_COLUMNS, cpu_profile_batches, training_rows
+        from .bench_training import TRAIN_COLUMNS, bf16_step_error, cpu_profile_batches, training_rows
 
         batch, rounds, steps = (8, 2, 3) if args.quick else (32, 3, 4)
         batches = cpu_profile_batches(minilm.tokenizer, rounds * steps, batch, min(128, minilm.max_length))
         result["training"] = training_rows(minilm, device, batches, rounds, steps, compile_=not args.quick)
+        result["training"]["bf16_error"] = bf16_step_error(minilm, batches[:rounds], 20)
+        result["training"]["setup"]["load_average"] = _load()
         print()
         print(markdown(result["training"]["rows"], TRAIN_COLUMNS))
+        err = result["training"]["bf16_error"]
+        print(f"bf16 step against float32 (largest over {rounds} batches): loss {err['loss_rel']:.2e}, "
+              f"gradient {err['grad_rel']:.2e} relative, cosine {err['grad_cos']:.5f}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)

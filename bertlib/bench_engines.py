@@ -27,6 +27,8 @@ from .timing import keep_freed_memory, release_freed_memory, time_rounds, timed
 COUNTS_WITHIN_POINTS = 0.3
 #: The fp32 bertlib row every other row's predictions and accuracy are compared with.
 REFERENCE = "bertlib padding-free, length-sorted"
+#: The reference's forward pass under bfloat16 autocast (issue 37): skipped on CPUs without native bfloat16.
+BF16_ROW = "bertlib padding-free bf16 autocast, length-sorted"
 
 
 def padded_batches(enc: list[list[int]], batches: list, pad_id: int, device: torch.device):
@@ -255,6 +257,7 @@ def _engine_builders(model, hf, tokenizer, label_names: list[str], naive: list, 
         "hf-sdpa int8 (torch.ao quantize_dynamic), length-sorted": lambda: (by_length, _hf_int8(hf)),
         "bertlib padding-free int8, length-sorted": lambda: (by_length, E.make_int8(model, "unpadded")),
         "bertlib padding-free, prepacked weights, length-sorted": lambda: (by_length, E.make_packed(model)),
+        BF16_ROW: lambda: (by_length, E.make_bf16(model, "unpadded")),
         "bertlib-sdpa + torch.compile, length-sorted": lambda: (by_length, E.make_compiled(model, "sdpa", warm)),
         "ONNX Runtime (bertlib's graph), length-sorted": lambda: (by_length, E.make_ort(
             model, exported(onnx_path), optimize=False)),
@@ -333,7 +336,7 @@ def _accuracy_fields(logits: torch.Tensor, ref_logits: torch.Tensor, labels: tor
 #: The optional rows of :func:`engine_rows` (the first four rows always run).
 ENGINE_METHODS = ["hf-eager, naive batches", "hf-sdpa int8 (torch.ao quantize_dynamic), length-sorted",
                   "bertlib padding-free int8, length-sorted", "bertlib padding-free, prepacked weights, length-sorted",
-                  "bertlib-sdpa + torch.compile, length-sorted",
+                  BF16_ROW, "bertlib-sdpa + torch.compile, length-sorted",
                   "ONNX Runtime (bertlib's graph), length-sorted",
                   "ONNX Runtime + transformer optimizer, length-sorted",
                   "ONNX Runtime + transformer optimizer (HF's graph), length-sorted",
@@ -344,9 +347,9 @@ ENGINE_METHODS = ["hf-eager, naive batches", "hf-sdpa int8 (torch.ao quantize_dy
 ENGINE_COLUMNS = ["method", "posts_per_s", "posts_per_s_min", "posts_per_s_max", "speedup_vs_hf_naive", "speedup_min",
                   "speedup_max", "latency_ms_128", "accuracy", "accuracy_posts", "delta_points", "counts",
                   "prepare_s"]
-#: The quick profile's optional rows (CI): bertlib's int8 and prepacked paths, one engine.
+#: The quick profile's optional rows (CI): bertlib's int8, prepacked and bf16 paths, one engine.
 QUICK_ENGINE_METHODS = ["bertlib padding-free int8, length-sorted",
-                        "bertlib padding-free, prepacked weights, length-sorted",
+                        "bertlib padding-free, prepacked weights, length-sorted", BF16_ROW,
                         "ONNX Runtime + transformer optimizer, length-sorted"]
 
 

@@ -39,6 +39,7 @@ from torch import nn
 
 from .encoder import OUTPUTS_ONLY, bert_forward
 from .fast_linear import ONEDNN_ACTIVATIONS, Int8Linear, PackedLinear, pack_weights, quantize_weights
+from .runtime import autocast_for, bf16_supported
 
 
 @contextlib.contextmanager
@@ -172,6 +173,22 @@ def make_int8(model, attn_implementation: str = "sdpa") -> Engine:
     return Engine(f"bertlib {attn_implementation} int8", lambda ids, m: classifier_logits(
         q, w, b, config, ids, m, attn_implementation), time.perf_counter() - t0,
         "dynamic quantization: int8 weights (per row), activations quantized per call")
+
+
+def make_bf16(model, attn_implementation: str = "unpadded") -> Engine:
+    """bertlib's forward pass under bfloat16 autocast (:func:`bertlib.runtime.autocast_for`): the matrix products in
+    bfloat16 (8 bits of mantissa, float32's range), LayerNorm, softmax and the logits in float32. Only where the CPU
+    multiplies bfloat16 natively (:func:`bertlib.runtime.bf16_supported`); elsewhere the row is skipped."""
+    if not bf16_supported("cpu"):
+        raise EngineUnavailable("this CPU has no native bfloat16 matrix products (avx512_bf16 or AMX)")
+    sd, w, b = _weights(model)
+    config = model.config
+
+    def fn(ids, m):
+        with autocast_for("cpu"):
+            return classifier_logits(sd, w, b, config, ids, m, attn_implementation).float()
+    return Engine(f"bertlib {attn_implementation} bf16", fn,
+                  note="bfloat16 autocast: float32 weights, matrix products in bfloat16 (oneDNN)")
 
 
 class LogitsModule(nn.Module):

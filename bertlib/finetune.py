@@ -86,7 +86,7 @@ from .inference import autocast, evaluate, predict_logits, scores
 from .newsgroups import REMOVE, NewsData, Split, encode, head_tokens, load_data, split_data, token_counts, truncate
 from .optimization import adamw, linear_schedule, optimizer_step, schedule, warmup_steps
 from .pretrained import Pretrained, check_max_length, load_pretrained, model_name
-from .runtime import get_device, progress_enabled, set_seed
+from .runtime import autocast_for, get_device, progress_enabled, set_seed
 from .windows import encode_windows
 
 # What chapter 9, the tests and `python -m bertlib.features` read as bertlib.finetune.X: the trainer's own names and
@@ -132,15 +132,16 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: FinetuneConfig, total_
 
 def train_step(model: torch.nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor,
                optimizer: torch.optim.Optimizer, scheduler=None, *, max_grad_norm: float | None = 1.0,
-               loss_weight: float | None = None) -> torch.Tensor:
-    """One optimiser step: forward in train mode (bf16 autocast on CUDA) → cross-entropy → backward → clip the
+               loss_weight: float | None = None, bf16: bool | None = None) -> torch.Tensor:
+    """One optimiser step: forward in train mode (bf16 autocast on CUDA, and with ``bf16`` on a CPU that supports it:
+    :func:`bertlib.runtime.autocast_for`) → cross-entropy → backward → clip the
     gradient norm → AdamW step → schedule step → zero the gradients (:func:`bertlib.optimization.optimizer_step`).
 
     ``batch``: :func:`collate`'s ``(batch, seq)`` tensors; ``labels``: ``(batch,)`` class indices. The loss is the
     batch's mean cross-entropy, or with ``loss_weight`` (a DDP rank's share, :func:`rank_share`) its *summed*
     cross-entropy times ``loss_weight``. ``model`` may be wrapped in ``DistributedDataParallel``. Returns the loss
     (detached). Defined in chapter 9, *Fine-tuning on 20 Newsgroups*, which writes the same step out by hand."""
-    with autocast(labels.device):
+    with autocast(labels.device), autocast_for(labels.device, bf16):
         logits = model(**batch)
     if loss_weight is None:
         loss = F.cross_entropy(logits.float(), labels)

@@ -110,12 +110,14 @@ def test_training_rows_end_to_end(tiny_pretrained):
     assert all(b["input_ids"].shape[0] == 4 and b["input_ids"].shape[1] <= 32 for b, _ in batches)
     run = BT.training_rows(tiny_pretrained, torch.device("cpu"), batches, rounds=2, steps=2, num_labels=20)
     rows = {r["method"]: r for r in run["rows"]}
-    assert set(rows) == set(run["seconds"]) and len(rows) == 3
+    precisions = BT.precisions_for(torch.device("cpu"))
+    assert set(rows) == set(run["seconds"]) and len(rows) == 3 * len(precisions)
+    assert run["setup"]["precisions"] == list(precisions)
     timed = [batches[1], batches[3]]  # each round's first step is not timed
     assert run["setup"]["tokens"] == sum(int(b["attention_mask"].sum()) for b, _ in timed)
     assert run["setup"]["padding_share"] == round(BT.padding_share(timed), 4)
-    trainer = run["seconds"]["hf Trainer (sdpa, adamw_torch_fused)"]
     for name, r in rows.items():
+        trainer = run["seconds"][BT.TRAINER + (BT.BF16 if r["precision"] == "bfloat16" else "")]
         secs = run["seconds"][name]
         assert len(secs) == 2 and all(t > 0 for t in secs)
         assert r["tokens_per_s"] == round(run["setup"]["tokens"] / sum(secs), 1)
@@ -124,3 +126,50 @@ def test_training_rows_end_to_end(tiny_pretrained):
     assert run["setup"]["rounds"] == 2 and run["setup"]["batch_size"] == 4
     with pytest.raises(ValueError, match="batches"):
         BT.training_rows(tiny_pretrained, torch.device("cpu"), batches, rounds=3, steps=2)
+
+
+def test_bf16_detection_falls_back_to_float32(monkeypatch):
+    """Without avx512_bf16 or AMX: bf16_supported is False and autocast_for runs the block in float32."""
+    from bertlib import runtime
+
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert not runtime.bf16_supported("cpu") and BT.precisions_for(torch.device("cpu")) == ("float32",)
+    with runtime.autocast_for("cpu"):
+        assert torch.nn.functional.linear(torch.ones(2, 3), torch.ones(4, 3)).dtype == torch.float32
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    assert runtime.bf16_supported("cpu") == torch.backends.mkldnn.is_available()
+    assert not runtime.bf16_supported("meta")
+
+
+@pytest.mark.skipif(not BT.bf16_supported("cpu"), reason="no native bfloat16 matrix products on this CPU")
+def test_bf16_step_keeps_float32_master_weights_and_is_close(tiny_pretrained):
+    """The bf16 step: the products in bfloat16, the weights, gradients and AdamW's state float32; its loss and
+    gradient near float32's (bfloat16 keeps 8 bits: a relative error of a few per cent at most, not zero)."""
+    batches = [(_batch(tiny_pretrained.config, [24, 9, 17], seed=s), torch.tensor([0, 3, 1])) for s in range(2)]
+    err = BT.bf16_step_error(tiny_pretrained, batches, 5)
+    assert err["bf16"] and len(err["per_batch"]) == 2
+    assert 0 < err["loss_rel"] < 0.02 and 0 < err["grad_rel"] < 0.1 and err["grad_cos"] > 0.99
+    run = BT._bertlib_runner(tiny_pretrained, 5, "unpadded", bf16=True)
+    run(batches[:1])
+    assert all(p.dtype == torch.float32 for p in run.model.parameters())
+    state = [t for s in run.optimizer.state.values() for t in s.values() if t.numel() > 1]
+    assert state and all(t.dtype == torch.float32 for t in state)  # AdamW's moments: float32
+
+
+@pytest.mark.slow  # two short fine-tuning runs on the tiny model
+@needs_data
+def test_time_to_accuracy_curves(tiny_pretrained):
+    """Both curves start at step 0 and second 0, score after every eval_every steps and at the end, on the clock
+    of training alone (non-decreasing), with accuracies in [0, 1]."""
+    seqs, labels = BT.cpu_profile_sequences(tiny_pretrained.tokenizer, 24, 32, windows=False)
+    train, val = (seqs[:16], labels[:16]), (seqs[16:], labels[16:])
+    for method in (BT.UNPADDED, BT.TRAINER):
+        curve = BT.time_to_accuracy(tiny_pretrained, torch.device("cpu"), train, val, method, epochs=2,
+                                    batch_size=4, eval_every=3, bucket_batches=2)
+        assert curve["steps"] == [0, 3, 6, 8], method
+        assert curve["seconds"][0] == 0 and curve["seconds"] == sorted(curve["seconds"]), method
+        assert all(0 <= a <= 1 for a in curve["accuracy"]) and curve["method"] == method
+    with pytest.raises(ValueError, match="method must be one of"):
+        BT.time_to_accuracy(tiny_pretrained, torch.device("cpu"), train, val, BT.COMPILED, epochs=1, batch_size=4,
+                            eval_every=1)

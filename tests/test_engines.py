@@ -125,6 +125,24 @@ def test_int8_weights(tiny_classifier, batch, reference, attn):
     assert not torch.equal(out, reference)  # the weights really were int8
 
 
+needs_bf16 = pytest.mark.skipif(not E.bf16_supported("cpu"), reason="no native bfloat16 matrix products on this CPU")
+
+
+@needs_bf16
+def test_bf16_autocast(tiny_classifier, batch, reference):
+    """bfloat16 autocast (8 bits of mantissa): float32 logits close to the reference, not equal to it."""
+    out = _run(E.make_bf16(tiny_classifier), batch)
+    spread = (reference.max() - reference.min()).item()
+    assert out.dtype == torch.float32 and (out - reference).abs().max().item() < 0.05 * spread
+    assert not torch.equal(out, reference)  # the products really ran in bfloat16
+
+
+def test_bf16_row_is_skipped_without_bf16(tiny_classifier, monkeypatch):
+    monkeypatch.setattr(E, "bf16_supported", lambda device="cpu": False)
+    with pytest.raises(E.EngineUnavailable, match="bfloat16"):
+        E.make_bf16(tiny_classifier)
+
+
 def test_int8_weight_is_int8(tiny_classifier):
     sd = E.quantize_weights({k: v.detach() for k, v in tiny_classifier.bert.named_parameters()})
     q = [v for v in sd.values() if isinstance(v, E.Int8Linear)]
