@@ -12,12 +12,13 @@ mode), bfloat16 autocast where the device multiplies bfloat16 natively (``--bf16
 AMX, GPUs from Ampere on; the weights and AdamW's state stay float32), length-bucketed batches, head+tail truncation
 of long posts (Sun et al., 2019), a stratified validation split held out of the training posts, evaluation after
 every epoch, and the best epoch's weights kept (:func:`train`). With ``--eval-windows`` validation and test score
-whole posts instead of truncated ones: overlapping windows whose logits are pooled (:mod:`bertlib.windows`); with ``--train-windows`` training reads
-every window too (each labelled with its post's class); ``--tfidf-ensemble`` adds the TF-IDF baselines and their
-ensemble with the model (:mod:`bertlib.ensemble`). ``metrics.json`` holds the error analysis (:func:`error_analysis`).
-The pieces, in the order a run uses them: :class:`FinetuneConfig` (every setting, once; the command line is
-generated from it), :func:`load_data`, :func:`encode`, :func:`make_optimizer`, :func:`epoch_batches`,
-:func:`train_step`, :func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` / :func:`load_checkpoint`.
+whole posts instead of truncated ones: overlapping windows whose logits are pooled (:mod:`bertlib.windows`); with
+``--train-windows`` training reads every window too (each labelled with its post's class); ``--tfidf-ensemble`` adds
+the TF-IDF baselines and their ensemble with the model (:mod:`bertlib.ensemble`). ``metrics.json`` holds the error
+analysis (:func:`error_analysis`). The pieces, in the order a run uses them: :class:`FinetuneConfig` (every setting,
+once; the command line is generated from it), :func:`load_data`, :func:`encode`, :func:`make_optimizer`,
+:func:`epoch_batches`, :func:`train_step`, :func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` /
+:func:`load_checkpoint`.
 
 Writes ``OUT/metrics.json``, ``OUT/model.safetensors`` (the best weights, ``BertForSequenceClassification``
 names), ``OUT/hf/`` (the model in Hugging Face format, see :func:`bertlib.export.export_hf`) and
