@@ -23,8 +23,9 @@ import time
 GRID = [
     dict(train_size=800, val_fraction=0.25, max_length=64, truncation="head", epochs=5),
     dict(train_size=800, val_fraction=0.25, max_length=64, truncation="head_tail", epochs=5),
+    dict(train_size=800, val_fraction=0.25, max_length=128, truncation="head", epochs=4),
+    dict(train_size=800, val_fraction=0.25, max_length=64, truncation="head", epochs=5, lr=3e-4, head_lr=3e-3),
     dict(train_size=1200, val_fraction=1 / 6, max_length=64, truncation="head", epochs=4),
-    dict(train_size=800, val_fraction=0.25, max_length=128, truncation="head", epochs=3),
 ]
 
 
