@@ -8,15 +8,17 @@ Chapter 9, *Fine-tuning on 20 Newsgroups*, calls :func:`train` directly; the com
 
 What it does: AdamW with no weight decay on biases and LayerNorm weights, a linear warm-up then linear decay of the
 learning rate (both from :mod:`bertlib.optimization`, shared with pre-training), gradient clipping, dropout (train
-mode), bf16 autocast on CUDA, length-bucketed batches, head+tail truncation of long posts (Sun et al., 2019), a
-stratified validation split held out of the training posts, evaluation after every epoch, and the best epoch's
-weights kept (:func:`train`). With ``--eval-windows`` validation and test score whole posts instead of truncated
-ones: overlapping windows whose logits are pooled (:mod:`bertlib.windows`); with ``--train-windows`` training reads
-every window too (each labelled with its post's class); ``--tfidf-ensemble`` adds the TF-IDF baselines and their
-ensemble with the model (:mod:`bertlib.ensemble`). ``metrics.json`` holds the error analysis (:func:`error_analysis`).
-The pieces, in the order a run uses them: :class:`FinetuneConfig` (every setting, once; the command line is
-generated from it), :func:`load_data`, :func:`encode`, :func:`make_optimizer`, :func:`epoch_batches`,
-:func:`train_step`, :func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` / :func:`load_checkpoint`.
+mode), bfloat16 autocast where the device multiplies bfloat16 natively (``--bf16 auto``: CPUs with avx512_bf16 or
+AMX, GPUs from Ampere on; the weights and AdamW's state stay float32), length-bucketed batches, head+tail truncation
+of long posts (Sun et al., 2019), a stratified validation split held out of the training posts, evaluation after
+every epoch, and the best epoch's weights kept (:func:`train`). With ``--eval-windows`` validation and test score
+whole posts instead of truncated ones: overlapping windows whose logits are pooled (:mod:`bertlib.windows`); with
+``--train-windows`` training reads every window too (each labelled with its post's class); ``--tfidf-ensemble`` adds
+the TF-IDF baselines and their ensemble with the model (:mod:`bertlib.ensemble`). ``metrics.json`` holds the error
+analysis (:func:`error_analysis`). The pieces, in the order a run uses them: :class:`FinetuneConfig` (every setting,
+once; the command line is generated from it), :func:`load_data`, :func:`encode`, :func:`make_optimizer`,
+:func:`epoch_batches`, :func:`train_step`, :func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` /
+:func:`load_checkpoint`.
 
 Writes ``OUT/metrics.json``, ``OUT/model.safetensors`` (the best weights, ``BertForSequenceClassification``
 names), ``OUT/hf/`` (the model in Hugging Face format, see :func:`bertlib.export.export_hf`) and
@@ -79,6 +81,7 @@ from .finetune_config import (
     parse_args,
     profile_config,
     settings_clash,
+    use_bf16,
 )
 from .finetune_report import error_analysis, evaluate_split, finish, run_metrics
 from .finetune_state import FinetuneResult, Run, TrainState
@@ -98,7 +101,7 @@ __all__ = [
     "head_tokens", "init_distributed", "launched_world_size", "linear_schedule", "load_checkpoint", "load_data",
     "main", "make_optimizer", "make_scheduler", "parse_args", "predict_logits", "profile_config", "rank_share",
     "run_metrics", "save_checkpoint", "scores", "shard_batch", "split_data", "token_counts", "train", "train_epoch",
-    "train_step", "truncate", "warmup_steps",
+    "train_step", "truncate", "use_bf16", "warmup_steps",
 ]
 
 
@@ -133,20 +136,20 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: FinetuneConfig, total_
 def train_step(model: torch.nn.Module, batch: dict[str, torch.Tensor], labels: torch.Tensor,
                optimizer: torch.optim.Optimizer, scheduler=None, *, max_grad_norm: float | None = 1.0,
                loss_weight: float | None = None, bf16: bool | None = None) -> torch.Tensor:
-    """One optimiser step: forward in train mode (bf16 autocast on CUDA, and with ``bf16`` on a CPU that supports it:
-    :func:`bertlib.runtime.autocast_for`) → cross-entropy → backward → clip the
-    gradient norm → AdamW step → schedule step → zero the gradients (:func:`bertlib.optimization.optimizer_step`).
+    """One optimiser step: forward in train mode (bfloat16 autocast with ``bf16``; None: on CUDA only) →
+    cross-entropy (float32) → backward → clip the gradient norm → AdamW step → schedule step → zero the gradients
+    (:func:`bertlib.optimization.optimizer_step`). The weights, their gradients and AdamW's state stay float32.
 
     ``batch``: :func:`collate`'s ``(batch, seq)`` tensors; ``labels``: ``(batch,)`` class indices. The loss is the
     batch's mean cross-entropy, or with ``loss_weight`` (a DDP rank's share, :func:`rank_share`) its *summed*
     cross-entropy times ``loss_weight``. ``model`` may be wrapped in ``DistributedDataParallel``. Returns the loss
     (detached). Defined in chapter 9, *Fine-tuning on 20 Newsgroups*, which writes the same step out by hand."""
-    with autocast(labels.device), autocast_for(labels.device, bf16):
+    with autocast(labels.device, bf16):
         logits = model(**batch)
-    if loss_weight is None:
-        loss = F.cross_entropy(logits.float(), labels)
-    else:
-        loss = F.cross_entropy(logits.float(), labels, reduction="sum") * loss_weight
+        if loss_weight is None:
+            loss = F.cross_entropy(logits.float(), labels)
+        else:
+            loss = F.cross_entropy(logits.float(), labels, reduction="sum") * loss_weight
     loss.backward()
     optimizer_step(model.parameters(), optimizer, scheduler, max_grad_norm)
     return loss.detach()
@@ -238,7 +241,8 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     run = Run(cfg, out, device, ddp, pretrained, data, seqs, model, model, optimizer,
               make_scheduler(optimizer, cfg, total_steps), steps_per_epoch, total_steps, t_call,
               say=print if verbose and ddp.main else (lambda *a, **k: None),
-              state=TrainState(examples_per_rank=[0] * ddp.world_size), post_index=post_index)
+              state=TrainState(examples_per_rank=[0] * ddp.world_size), post_index=post_index,
+              bf16=use_bf16(cfg.bf16, device))
     if ddp.all_gather((out / CHECKPOINT).exists() or (out / LEGACY_CHECKPOINT).exists())[0]:  # rank 0 decides
         _resume(run, load_checkpoint(out / CHECKPOINT))
     run.state.segments += 1
@@ -252,6 +256,7 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     run.say(f"[finetune] profile={cfg.profile} device={device} model={model_name(pretrained)} "
             f"train={len(data.train)} val={len(data.val)} test={len(data.test)} remove_headers={cfg.remove_headers} "
             f"max_length={cfg.max_length} truncation={cfg.truncation} epochs={cfg.epochs} batch={cfg.batch_size} "
+            f"precision={'bf16 autocast' if run.bf16 else 'float32'} "
             + (f"eval_windows(stride={cfg.window_stride}, pool={cfg.window_pool}, val={len(seqs['val'])}, "
                f"test={len(seqs['test'])} windows) " if cfg.eval_windows else "")
             + (f"train_windows({len(seqs['train'])} windows) " if cfg.train_windows else "")
@@ -276,7 +281,7 @@ def train_epoch(run: Run, stop_after_steps: int | None = None) -> bool:
         batch = collate([run.seqs["train"][i] for i in mine], run.pretrained.tokenizer.pad_token_id, run.device)
         labels = torch.as_tensor(run.train_labels[mine], dtype=torch.long).to(run.device, non_blocking=True)
         loss = train_step(run.net, batch, labels, run.optimizer, run.scheduler, max_grad_norm=cfg.max_grad_norm,
-                          loss_weight=weight)
+                          loss_weight=weight, bf16=run.bf16)
         _record_step(run, loss, len(mine) if weight != 0.0 else 0, int(lengths[idx].sum()))
         stop = stop_after_steps is not None and st.step >= stop_after_steps
         if st.step % cfg.checkpoint_every == 0 or stop:

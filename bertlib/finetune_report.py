@@ -27,7 +27,7 @@ def evaluate_split(run: Run, split: str) -> tuple[dict, torch.Tensor]:
     return evaluate(run.model, run.seqs[split], getattr(run.data, split).labels, run.data.label_names,
                     run.pretrained.tokenizer.pad_token_id, run.cfg.eval_batch_size, run.device, rank=run.ddp.rank,
                     world_size=run.ddp.world_size, post_index=run.post_index.get(split),
-                    window_pool=run.cfg.window_pool)
+                    window_pool=run.cfg.window_pool, bf16=run.bf16)
 
 
 def finish(run: Run, export: bool) -> FinetuneResult:
@@ -57,9 +57,11 @@ def finish(run: Run, export: bool) -> FinetuneResult:
 
 def error_analysis(run: Run, test_logits: torch.Tensor) -> dict:
     """For ``metrics.json``: the test confusion matrix (counts, rows the true class), accuracy by post length
-    (:func:`bertlib.ensemble.accuracy_by_length`); with ``eval_windows`` the same weights' scores on truncated
-    posts (``"truncated"``, validation and test); with ``tfidf_ensemble`` the TF-IDF baselines and the ensemble
-    (:func:`bertlib.ensemble.ensemble_report`; it needs the best weights' validation logits too)."""
+    (:func:`bertlib.ensemble.accuracy_by_length`), every row's predicted class of every test post
+    (``"test_predictions"``: ``index``, ``labels`` and one list per row); with ``eval_windows`` the same weights'
+    scores on truncated posts (``"truncated"``, validation and test); with ``tfidf_ensemble`` the TF-IDF baselines
+    and the ensemble (:func:`bertlib.ensemble.ensemble_report`; it needs the best weights' validation logits
+    too)."""
     from sklearn.metrics import confusion_matrix
 
     d = run.data
@@ -68,7 +70,7 @@ def error_analysis(run: Run, test_logits: torch.Tensor) -> dict:
         cut = {split: evaluate(run.model, encode(run.pretrained.tokenizer, getattr(d, split).texts, run.cfg.max_length,
                                                  run.cfg.truncation), getattr(d, split).labels, d.label_names,
                                run.pretrained.tokenizer.pad_token_id, run.cfg.eval_batch_size, run.device,
-                               rank=run.ddp.rank, world_size=run.ddp.world_size)
+                               rank=run.ddp.rank, world_size=run.ddp.world_size, bf16=run.bf16)
                for split in ("val", "test")}
         preds["model_truncated"] = cut["test"][1].argmax(-1).numpy()
         out["truncated"] = {k: cut["test"][0][k] for k in ("accuracy", "macro_f1", "per_class_f1")}
@@ -83,6 +85,10 @@ def error_analysis(run: Run, test_logits: torch.Tensor) -> dict:
                                                labels=range(len(d.label_names))).tolist()
     lengths = token_counts(run.pretrained.tokenizer, d.test.texts)
     out["accuracy_by_length"] = accuracy_by_length(lengths, d.test.labels, preds)
+    # every row's predicted class of every test post (in d.test's order, with the true classes and the posts'
+    # indices in scikit-learn's test split): paired differences and their bootstrap intervals need them (chapter 9b)
+    out["test_predictions"] = {"index": [int(i) for i in d.test.index], "labels": [int(y) for y in d.test.labels],
+                               **{name: [int(c) for c in p] for name, p in preds.items()}}
     return out
 
 
@@ -115,8 +121,9 @@ def run_metrics(run: Run, test: dict) -> dict:
                                                          "warmup_ratio", "max_grad_norm", "max_steps",
                                                          "bucket_batches", "attn", "dropout")},
         "warmup_steps": warmup_steps(run.total_steps, cfg.warmup_ratio),
-        "precision": "bf16 autocast" if device.type == "cuda" else "float32",
-        "model": run.pretrained.source, "segments": st.segments, "command": run.command,
+        "precision": "bf16 autocast" if run.bf16 else "float32",
+        "model": run.pretrained.name,  # its name, never a path on the machine that ran it
+        "segments": st.segments, "command": run.command,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
     }

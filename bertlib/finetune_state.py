@@ -65,6 +65,7 @@ class Run:
     post_index: dict[str, np.ndarray] = field(default_factory=dict)  # splits in windows: window → post
     best_val_logits: torch.Tensor | None = None  # the best epoch's, when this call saw it (not kept on resume)
     command: str | None = None  # the command line that started this call, for metrics.json
+    bf16: bool = False  # bfloat16 autocast in training and evaluation (finetune_config.use_bf16)
 
     @property
     def lengths(self) -> np.ndarray:

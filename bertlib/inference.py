@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from .data import collate, length_sorted_batches
+from .runtime import autocast_for
 
 #: How :func:`pool_windows` combines a post's window logits: the name → ``Tensor.scatter_reduce``'s ``reduce``.
 POOLINGS: dict[str, str] = {"mean": "mean", "max": "amax"}
@@ -22,15 +23,18 @@ POOLINGS: dict[str, str] = {"mean": "mean", "max": "amax"}
 T = TypeVar("T")
 
 
-def autocast(device: torch.device):
-    """bf16 autocast on CUDA (matmuls in bfloat16, reductions and the loss in float32); a no-op on CPU."""
-    return torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+def autocast(device: torch.device, bf16: bool | None = None):
+    """bfloat16 autocast (:func:`bertlib.runtime.autocast_for`: matmuls in bfloat16, reductions and the loss in
+    float32) when ``bf16`` and the device multiplies bfloat16 natively; ``bf16=None``: on CUDA only."""
+    return autocast_for(device, enabled=device.type == "cuda" if bf16 is None else bf16)
 
 
 @torch.no_grad()
 def predict_logits(model: torch.nn.Module, seqs: list[list[int]], pad_id: int, batch_size: int = 64,
-                   device: torch.device | str | None = None, *, rank: int = 0, world_size: int = 1) -> torch.Tensor:
-    """``(n, num_labels)`` float32 logits on the CPU, in the order of ``seqs``; eval mode, length-sorted batches.
+                   device: torch.device | str | None = None, *, rank: int = 0, world_size: int = 1,
+                   bf16: bool | None = None) -> torch.Tensor:
+    """``(n, num_labels)`` float32 logits on the CPU, in the order of ``seqs``; eval mode, length-sorted batches;
+    under bfloat16 autocast with ``bf16`` (None: on CUDA only, :func:`autocast`).
 
     Under ``torch.distributed`` (``world_size > 1``, called by every rank) rank ``r`` runs batches ``r``,
     ``r + world_size``, ... and every rank returns all the logits (``all_gather_object``): each batch is exactly
@@ -42,7 +46,7 @@ def predict_logits(model: torch.nn.Module, seqs: list[list[int]], pad_id: int, b
     out = torch.empty(len(seqs), model.num_labels)
     mine = []
     for idx in batches[rank::world_size]:
-        with autocast(device):
+        with autocast(device, bf16):
             logits = model(**collate([seqs[i] for i in idx], pad_id, device))
         out[torch.as_tensor(idx)] = logits = logits.float().cpu()
         mine.append((idx, logits))
@@ -83,13 +87,13 @@ def pool_windows(window_logits: torch.Tensor, post_index: torch.Tensor, n_posts:
 
 def predict_post_logits(model, windows: list[list[int]], post_index, n_posts: int, pad_id: int, how: str = "mean",
                         batch_size: int = 64, device: torch.device | str | None = None, *, rank: int = 0,
-                        world_size: int = 1) -> torch.Tensor:
+                        world_size: int = 1, bf16: bool | None = None) -> torch.Tensor:
     """``(n_posts, num_labels)`` float32 logits on the CPU: :func:`predict_logits` over all the
-    windows (eval mode, length-sorted batches of ``batch_size`` windows, under DDP shared over the ranks), then
-    :func:`pool_windows` by ``how``."""
+    windows (eval mode, length-sorted batches of ``batch_size`` windows, under DDP shared over the ranks, bfloat16
+    autocast with ``bf16``), then :func:`pool_windows` by ``how``."""
     if how not in POOLINGS:  # before running the model
         raise ValueError(f"window pooling must be one of {sorted(POOLINGS)}, got {how!r}.")
-    logits = predict_logits(model, windows, pad_id, batch_size, device, rank=rank, world_size=world_size)
+    logits = predict_logits(model, windows, pad_id, batch_size, device, rank=rank, world_size=world_size, bf16=bf16)
     return pool_windows(logits, torch.as_tensor(post_index), n_posts, how)
 
 
@@ -107,17 +111,18 @@ def scores(labels: np.ndarray, pred: np.ndarray, label_names: list[str]) -> dict
 def evaluate(model: torch.nn.Module, seqs: list[list[int]], labels: np.ndarray, label_names: list[str], pad_id: int,
              batch_size: int = 64, device: torch.device | str | None = None, *, rank: int = 0,
              world_size: int = 1, post_index: np.ndarray | None = None,
-             window_pool: str = "mean") -> tuple[dict, torch.Tensor]:
+             window_pool: str = "mean", bf16: bool | None = None) -> tuple[dict, torch.Tensor]:
     """:func:`scores` of the model's predictions on ``seqs`` plus their mean cross-entropy (``"loss"``), and the
     ``(n, num_labels)`` logits (:func:`predict_logits`; under DDP every rank calls it and gets everything).
 
     With ``post_index``, ``seqs`` are the windows of whole posts (:func:`bertlib.windows.encode_windows`) and each
-    post's logits are its windows' pooled by ``window_pool`` (:func:`predict_post_logits`)."""
+    post's logits are its windows' pooled by ``window_pool`` (:func:`predict_post_logits`). ``bf16``: bfloat16
+    autocast (None: on CUDA only)."""
     if post_index is None:
-        logits = predict_logits(model, seqs, pad_id, batch_size, device, rank=rank, world_size=world_size)
+        logits = predict_logits(model, seqs, pad_id, batch_size, device, rank=rank, world_size=world_size, bf16=bf16)
     else:
         logits = predict_post_logits(model, seqs, post_index, len(labels), pad_id, window_pool, batch_size, device,
-                                     rank=rank, world_size=world_size)
+                                     rank=rank, world_size=world_size, bf16=bf16)
     result = scores(labels, logits.argmax(-1).numpy(), label_names)
     result["loss"] = F.cross_entropy(logits, torch.as_tensor(labels, dtype=torch.long)).item()
     return result, logits

@@ -107,6 +107,13 @@ def test_command_writes_metrics_weights_and_hf_export(runs):
     config = json.loads((out / "hf/config.json").read_text())
     assert config["architectures"] == ["BertForSequenceClassification"]
     assert config["id2label"] == {str(i): n for i, n in enumerate(names)}
+    # bfloat16 autocast where the CPU multiplies bfloat16 natively (--bf16 auto), and the name of the model, not a path
+    assert m["precision"] == ("bf16 autocast" if bertlib.runtime.bf16_supported("cpu") else "float32")
+    assert "/" not in m["model"], m["model"]
+    # every test post's predicted class, in the order of the test posts, beside their true classes
+    pred = m["test_predictions"]
+    assert len(pred["index"]) == len(pred["labels"]) == len(pred["model"]) == 40
+    assert np.mean(np.array(pred["model"]) == pred["labels"]) == pytest.approx(m["accuracy"], abs=1e-12)
     # the best weights carry BertForSequenceClassification's names
     keys = set(load_file(str(out / "model.safetensors")))
     assert "classifier.weight" in keys and "bert.embeddings.word_embeddings.weight" in keys
@@ -443,6 +450,46 @@ def test_train_step_is_the_step_written_out():
         torch.testing.assert_close(b, a, atol=1e-7, rtol=0, msg=name)
 
 
+def test_bf16_setting_follows_the_hardware(monkeypatch):
+    """auto: bfloat16 where the device multiplies it natively; on: an error elsewhere; off: never."""
+    from bertlib import finetune_config
+
+    cpu = torch.device("cpu")
+    assert not ft.use_bf16("off", cpu)
+    assert ft.use_bf16("auto", cpu) == bertlib.runtime.bf16_supported(cpu)
+    monkeypatch.setattr(finetune_config, "bf16_supported", lambda device: False)
+    assert not ft.use_bf16("auto", cpu)
+    with pytest.raises(ValueError, match="does not multiply bfloat16 natively"):
+        ft.use_bf16("on", cpu)
+    monkeypatch.setattr(finetune_config, "bf16_supported", lambda device: True)
+    assert ft.use_bf16("on", cpu) and ft.use_bf16("auto", cpu)
+
+
+@pytest.mark.skipif(not bertlib.runtime.bf16_supported("cpu"), reason="this CPU has no native bfloat16")
+def test_bf16_step_keeps_float32_weights_gradients_and_adam_state():
+    """Under bfloat16 autocast the step's loss is within bfloat16's budget of float32's, and everything the
+    optimizer keeps (weights, gradients, AdamW's two averages) stays float32."""
+    cfg = ft.profile_config("quick", lr=1e-3, head_lr=1e-2, warmup_ratio=0.0)
+    batch, labels = _tiny_batch(0)
+    losses, states = {}, {}
+    for bf16 in (False, True):
+        model = _tiny_classifier()
+        opt = ft.make_optimizer(model, cfg)
+        grads: dict[str, torch.dtype] = {}
+        hooks = [p.register_post_accumulate_grad_hook(lambda p, n=n, seen=grads: seen.update({n: p.grad.dtype}))
+                 for n, p in model.named_parameters()]
+        losses[bf16] = ft.train_step(model, batch, labels, opt, bf16=bf16)
+        for h in hooks:
+            h.remove()
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+        assert set(grads.values()) == {torch.float32} and len(grads) == len(list(model.parameters()))
+        assert {v.dtype for st in opt.state.values() for k, v in st.items() if k != "step"} == {torch.float32}
+        states[bf16] = model.state_dict()
+    assert losses[True].dtype == torch.float32
+    torch.testing.assert_close(losses[True], losses[False], **bertlib.tolerance("cpu", torch.bfloat16))
+    assert not torch.equal(losses[True], losses[False]), "bfloat16 changed nothing: autocast was not on"
+
+
 # ------------------------------------------------------------------------------ the command line, generated
 
 
@@ -496,6 +543,7 @@ BAD_SETTINGS = [
     (dict(dropout=1.0), r"dropout must be in \[0, 1\)"),
     (dict(max_length=4), "max_length must be at least 8"),
     (dict(attn="flash"), "attn must be 'sdpa' or 'eager'"),
+    (dict(bf16="yes"), "bf16 must be 'auto', 'on' or 'off'"),
     (dict(window_pool="median"), "window_pool must be one of"),
     (dict(eval_windows=True, window_stride=200), "stride .* must be in"),
 ]

@@ -205,7 +205,8 @@ def test_train_with_eval_windows_scores_whole_posts(tiny_pretrained, tmp_path):
     tok = tiny_pretrained.tokenizer
     windows, post_index = win.encode_windows(tok, texts[:20], 16, 4)
     assert whole.metrics["eval_windows"] and whole.metrics["test_windows"] == len(windows) > 20
-    expected = win.predict_post_logits(whole.model, windows, post_index, 20, tok.pad_token_id, "max", device="cpu")
+    expected = win.predict_post_logits(whole.model, windows, post_index, 20, tok.pad_token_id, "max", device="cpu",
+                                       bf16=whole.metrics["precision"] == "bf16 autocast")  # as the run scored them
     torch.testing.assert_close(whole.test_logits, expected, atol=0, rtol=0)
     assert plain.metrics["test_windows"] is None
     assert not torch.equal(plain.test_logits, whole.test_logits), "the long posts should score differently whole"
