@@ -46,6 +46,40 @@ def check_answers(exercise: str, **answers: Any) -> None:
         )
 
 
+_exact_predictions = False  # set by lazy_pass: a prediction passes only if it is the measured value itself
+
+
+def check_prediction(exercise: str, guess: float, measured: float, *, within: float | None = None,
+                     factor: float | None = None) -> None:
+    """Compare a learner's prediction with the value the check ``measured``: a *predict-then-check* exercise.
+
+    The guess passes within ``within`` of ``measured`` (shares, cosines) or within a ``factor`` of it (sizes,
+    ratios; both must be positive). A wrong guess raises ``AssertionError`` saying "too high" or "too low",
+    never the measured value. During learner mode's lazy pass it passes only when it equals ``measured`` (to
+    1e-9): a number of the page that falls in the band by chance is not the answer, the measured value itself
+    would be.
+    """
+    if (within is None) == (factor is None):
+        raise ValueError("give exactly one of within= (an absolute band) or factor= (a ratio band)")
+    if isinstance(guess, bool) or not isinstance(guess, int | float | np.integer | np.floating):
+        raise AssertionError(f"Exercise {exercise}: a prediction is a number, got {type(guess).__name__}")
+    guess, measured = float(guess), float(measured)
+    if _exact_predictions:
+        slack = 1e-9 * max(1.0, abs(measured))
+        low, high = measured - slack, measured + slack
+    elif within is not None:
+        low, high = measured - within, measured + within
+    else:
+        if guess <= 0 or measured <= 0:
+            raise AssertionError(f"Exercise {exercise}: this prediction is a positive number")
+        low, high = measured / factor, measured * factor
+    band = f"within {within} of the measured value" if within is not None else f"within a factor of {factor}"
+    if guess > high:
+        raise AssertionError(f"Exercise {exercise}: your prediction is too high (it must be {band})")
+    if guess < low:
+        raise AssertionError(f"Exercise {exercise}: your prediction is too low (it must be {band})")
+
+
 def wrong_answer(value: Any, *, seed: int = 0) -> Any:
     """A deliberately wrong version of an answer, of the same type and shape, for testing that a check can fail.
 
@@ -248,16 +282,22 @@ def lazy_pass(exercise: str, source: str, names: list[str], namespace: Mapping[s
     """Require the check of ``exercise`` to fail with each answer replaced by a value the page already holds.
 
     The solution cell's names are those bound or rebound since the ``"missing"`` stage ran (all of them when it did
-    not run): a learner does not have them.
+    not run): a learner does not have them. A prediction (:func:`check_prediction`) counts as found only when the
+    page holds the measured value itself, not a number that falls in its tolerance band by chance.
     """
+    global _exact_predictions
     before = _before_solution.pop(exercise, {})
     solution = {n for n, v in namespace.items() if n not in before or before[n] is not v}
     exclude = set(names) | solution
     accepted = []
-    for name in names:
-        for label, value in lazy_candidates(namespace[name], namespace, exclude):
-            if run_check(source, namespace, {name: value}) is None:
-                accepted.append(f"`{name}` = `{label}`")
+    _exact_predictions = True
+    try:
+        for name in names:
+            for label, value in lazy_candidates(namespace[name], namespace, exclude):
+                if run_check(source, namespace, {name: value}) is None:
+                    accepted.append(f"`{name}` = `{label}`")
+    finally:
+        _exact_predictions = False
     if accepted:
         raise AssertionError(
             f"learner mode, exercise {exercise}: the check passes with an answer the page already holds "

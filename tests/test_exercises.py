@@ -312,3 +312,31 @@ def test_the_give_away_detectors():
     assert leaked_solution_lines("probs = None  # torch.softmax(scores / math.sqrt(d), dim=-1)\n", solution)
     assert not leaked_solution_lines("probs = None  # (batch, seq, seq): softmax of the scaled scores\n", solution)
     assert leaked_solution_lines("k = None  # q.view(B, T, A, d)\n", "k = q.view(B, T, A, d).permute(0, 2, 1, 3)\n")
+
+
+def test_check_prediction_bands_and_lazy_pass():
+    from bertlib.exercises import check_prediction
+
+    check_prediction("0.3", 0.3, 0.35, within=0.1)
+    check_prediction("0.3", 2.0, 2.9, factor=1.5)
+    with pytest.raises(AssertionError, match="too high") as high:
+        check_prediction("0.3", 0.5, 0.35, within=0.1)
+    assert "0.35" not in str(high.value)  # never the measured value
+    with pytest.raises(AssertionError, match="too low"):
+        check_prediction("0.3", 1.0, 2.9, factor=1.5)
+    with pytest.raises(AssertionError, match="a prediction is a number"):
+        check_prediction("0.3", True, 1.0, within=0.1)
+    # the lazy pass: a page number in the band by chance is not the answer; the measured value itself is
+    check = ('check_answers("0.3", guess=guess)\nmeasured = float(x.mean())\n'
+             '__import__("bertlib.exercises").exercises.check_prediction("0.3", guess, measured, within=0.1)\n')
+    x = torch.tensor([0.2, 0.4])
+    ns = {"check_answers": check_answers, "x": x, "nearby": 0.31}
+    learner_mode("0.3", "missing", check, ["guess"], ns)
+    ns["guess"] = 0.3
+    learner_mode("0.3", "wrong", check, ["guess"], ns)
+    ns.pop("guess")
+    ns["shown"] = float(x.mean())  # the page prints the measured value: the prediction is given away
+    learner_mode("0.3", "missing", check, ["guess"], ns)
+    ns["guess"] = 0.3
+    with pytest.raises(AssertionError, match="`guess` = `shown`"):
+        learner_mode("0.3", "wrong", check, ["guess"], ns)
