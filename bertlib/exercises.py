@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import io
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -182,7 +183,8 @@ def _distance(candidate: Any, answer: Any) -> float | None:
 
     Tensors and arrays: same shape and dtype, distance the largest absolute difference. Numbers: integers for an
     integer answer, floats for a float one. Strings, lists, tuples and dicts: same type (and length or keys).
-    Functions for a function answer. Booleans are never candidates: a yes/no answer is always on the page.
+    Functions that take as many positional arguments, for a function answer. Booleans are never candidates: a
+    yes/no answer is always on the page.
     """
     if isinstance(answer, torch.Tensor | np.ndarray):
         if type(candidate) is not type(answer) or candidate.shape != answer.shape or candidate.dtype != answer.dtype:
@@ -208,8 +210,18 @@ def _distance(candidate: Any, answer: Any) -> float | None:
         ok = isinstance(candidate, Mapping) and candidate.keys() == answer.keys()
         return 1.0 if ok else None
     if isinstance(answer, FunctionType | partial):
-        return 1.0 if isinstance(candidate, FunctionType | partial) else None
+        same = isinstance(candidate, FunctionType | partial) and _arity(candidate) == _arity(answer)
+        return 1.0 if same else None
     return None
+
+
+def _arity(fn: Callable[..., Any]) -> int | None:
+    """How many positional parameters ``fn`` requires (``None`` when its signature cannot be read)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return sum(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
 
 
 def lazy_candidates(answer: Any, namespace: Mapping[str, Any], exclude: set[str]) -> list[tuple[str, Any]]:

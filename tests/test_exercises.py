@@ -231,7 +231,8 @@ def revealing_messages(check_source: str, answers: list[str]) -> list[str]:
       a later assertion still fails.
     """
     tree = ast.parse(_code(check_source))
-    loops = {n.id for f in ast.walk(tree) if isinstance(f, ast.For) for n in ast.walk(f.target) if isinstance(n, ast.Name)}
+    loops = {n.id for f in ast.walk(tree) if isinstance(f, ast.For)
+             for n in ast.walk(f.target) if isinstance(n, ast.Name)}
     bound = defined_names(check_source) - set(answers) - loops  # a loop's variable runs over what the page gives
     answer_names = set(answers)
 
