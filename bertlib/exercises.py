@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import inspect
 import io
+import math
 from collections.abc import Callable, Mapping
 from functools import partial
 from types import FunctionType, ModuleType, SimpleNamespace
@@ -65,6 +66,8 @@ def check_prediction(exercise: str, guess: float, measured: float, *, within: fl
     if isinstance(guess, bool) or not isinstance(guess, int | float | np.integer | np.floating):
         raise AssertionError(f"Exercise {exercise}: a prediction is a number, got {type(guess).__name__}")
     guess, measured = float(guess), float(measured)
+    if not math.isfinite(guess):
+        raise AssertionError(f"Exercise {exercise}: a prediction is a finite number, got {guess}")
     if _exact_predictions:
         slack = 1e-9 * max(1.0, abs(measured))
         low, high = measured - slack, measured + slack

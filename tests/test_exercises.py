@@ -327,6 +327,8 @@ def test_check_prediction_bands_and_lazy_pass():
         check_prediction("0.3", 1.0, 2.9, factor=1.5)
     with pytest.raises(AssertionError, match="a prediction is a number"):
         check_prediction("0.3", True, 1.0, within=0.1)
+    with pytest.raises(AssertionError, match="a finite number"):
+        check_prediction("0.3", float("nan"), 1.0, within=0.1)  # NaN compares False with every bound
     # the lazy pass: a page number in the band by chance is not the answer; the measured value itself is
     check = ('check_answers("0.3", guess=guess)\nmeasured = float(x.mean())\n'
              '__import__("bertlib.exercises").exercises.check_prediction("0.3", guess, measured, within=0.1)\n')
