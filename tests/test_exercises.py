@@ -1,4 +1,4 @@
-"""Every exercise can be attempted before its solution is opened (issue 25): the structure, read from the notebooks.
+"""Every exercise can be attempted before its solution is opened (issues 25, 35): the structure, read statically.
 
 The dynamic half (each check fails friendly without an answer and fails with a wrong one) runs inside nbval's
 execution of the chapters (``tests/nbval_learner.py``). This file checks, without running anything:
@@ -7,7 +7,10 @@ execution of the chapters (``tests/nbval_learner.py``). This file checks, withou
   the exercise of its prompt, and the starter sets every answer it names;
 - every name a check cell reads is defined by a visible cell above it (a learner never has the solution's names);
 - every exercise prompt is marked ★, ★★ or ★★★, and each chapter has at least one open exercise;
-- ``bertlib.exercises`` gives the friendly message and makes wrong answers of every supported type.
+- no check cell shows the value it compares against while an answer is wrong, and no starter cell contains the
+  solution's code (issue 35);
+- ``bertlib.exercises`` gives the friendly message, makes wrong answers of every supported type, finds an answer
+  the page already holds (the lazy pass) and compares predictions.
 """
 
 from __future__ import annotations
