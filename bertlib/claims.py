@@ -5,6 +5,10 @@ An equality between our tensors and Hugging Face's is an ``assert_close`` with a
 kernels, so it is asserted with :func:`assert_margin`, which also appends the observed value to the JSON-lines
 file named by ``$BERTLIB_MARGINS`` (when set). ``python tests/sweep.py`` (``make sweep``) runs the chapters under
 several seeds and one torch thread and reports, for every claim, the worst margin over the runs.
+
+A claim about what one trained checkpoint does (a previous-token head, an accuracy after fine-tuning) goes through
+:func:`checkpoint_claim`: asserted on the checkpoints whose margins were measured (:data:`MEASURED_CHECKPOINTS`,
+recognised by their weights), reported and recorded on any other.
 """
 
 from __future__ import annotations
@@ -71,6 +75,7 @@ def measured_on(*names: str) -> dict[str, str]:
                          f"{sorted(MEASURED_CHECKPOINTS.values())}")
     return {fp: name for fp, name in MEASURED_CHECKPOINTS.items() if name in names}
 
+
 #: The architecture fields that enter the fingerprint with the weights.
 _FINGERPRINT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                        "max_position_embeddings", "type_vocab_size", "hidden_act", "layer_norm_eps")
@@ -94,17 +99,10 @@ def checkpoint_fingerprint(state_dict: Mapping[str, torch.Tensor], config: Any) 
 def measured_checkpoint(pretrained: Any, measured: Mapping[str, str] | None = None) -> str | None:
     """The name under which ``pretrained`` (anything with ``state_dict`` and ``config``, e.g. a
     :class:`bertlib.Pretrained`) is registered in ``measured`` (default :data:`MEASURED_CHECKPOINTS`), else None.
-    The fingerprint is computed once per state dict."""
+    Its fingerprint is computed afresh (a few tenths of a second for MiniLM): weights changed in place are another
+    checkpoint."""
     measured = MEASURED_CHECKPOINTS if measured is None else measured
-    key = id(pretrained.state_dict)
-    cached = _FINGERPRINTS.get(key)
-    if cached is None or cached[0] is not pretrained.state_dict:
-        cached = (pretrained.state_dict, checkpoint_fingerprint(pretrained.state_dict, pretrained.config))
-        _FINGERPRINTS[key] = cached
-    return measured.get(cached[1])
-
-
-_FINGERPRINTS: dict[int, tuple[Mapping[str, torch.Tensor], str]] = {}
+    return measured.get(checkpoint_fingerprint(pretrained.state_dict, pretrained.config))
 
 
 @dataclass(frozen=True)
@@ -129,15 +127,18 @@ class Observation:
     def holds(self) -> bool:
         return self.margin > 0
 
+    @property
+    def status(self) -> str:
+        """Whether the page asserted the claim, and why: a phrase to glue into the sentence that makes it."""
+        if self.asserted:
+            return f"asserted on {self.checkpoint}, where its margin was measured"
+        return (f"reported, not asserted: {self.checkpoint} is not one of the checkpoints its margin was measured "
+                f"on ({' and '.join(self.measured_on)})")
+
     def __str__(self) -> str:
         relation = ">" if self.above else "<"
-        value = f"{self.observed:.3g} against the bound {relation} {self.bound:.3g}"
-        if self.asserted:
-            return (f"{value}: asserted, with a margin of {self.margin:.3g}, because this margin was measured "
-                    f"on {self.checkpoint}")
-        verdict = "it holds" if self.holds else "it does not hold"
-        return (f"{value} ({verdict}); the margin was measured only on {' and '.join(self.measured_on)}, so on "
-                f"{self.checkpoint} it is reported, not asserted")
+        verdict = "meets" if self.holds else "misses"
+        return f"{self.observed:.3g} ({verdict} the bound {relation} {self.bound:.3g}); {self.status}"
 
 
 def checkpoint_claim(name: str, observed: float, bound: float, pretrained: Any, *, above: bool = True,
@@ -145,9 +146,10 @@ def checkpoint_claim(name: str, observed: float, bound: float, pretrained: Any, 
     """A claim about what a trained checkpoint does: :func:`assert_margin` on a checkpoint whose margin was
     measured (:func:`measured_checkpoint`), else recorded as reported (``asserted=False``) and printed.
 
-    Returns an :class:`Observation`; glue ``str(obs)`` next to the sentence that makes the claim, so the page
-    says on every checkpoint whether it checked it. ``pretrained`` is the checkpoint in use (a
-    :class:`bertlib.Pretrained`); ``measured`` defaults to :data:`MEASURED_CHECKPOINTS`. Chapter 6.
+    Returns an :class:`Observation`; glue ``obs.status`` (or ``str(obs)``, with the value) next to the sentence
+    that makes the claim, so the page says on every checkpoint whether it checked it. ``pretrained`` is the
+    checkpoint in use (a :class:`bertlib.Pretrained`); ``measured`` defaults to :data:`MEASURED_CHECKPOINTS`.
+    Chapter 6.
     """
     measured = MEASURED_CHECKPOINTS if measured is None else measured
     observed, bound = float(observed), float(bound)
