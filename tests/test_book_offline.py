@@ -14,14 +14,16 @@ from toc import ROOT
 offline = pytest.importorskip("bertbook.offline", reason="the book extras (sphinx) are not installed")
 
 
-def _bertviz_html(view: str) -> str:
-    """The HTML bertviz itself emits for a small attention tensor (so a new bertviz CDN URL is caught here)."""
+def _bertviz_html(view: str, sentence_b: bool = False) -> str:
+    """The HTML bertviz itself emits for a small attention tensor (so a new bertviz CDN URL is caught here);
+    ``sentence_b``: a sentence pair, for which bertviz adds its "Attention:" filter control."""
     bertviz = pytest.importorskip("bertviz")
     g = torch.Generator().manual_seed(0)
     layers, heads, seq = 2, 3, 4
     attention = tuple(torch.softmax(torch.randn(1, heads, seq, seq, generator=g), -1) for _ in range(layers))
-    tokens = ["[CLS]", "hello", "world", "[SEP]"]
-    html = getattr(bertviz, view)(attention, tokens, html_action="return")
+    tokens = ["[CLS]", "hello", "[SEP]", "world"]
+    html = getattr(bertviz, view)(attention, tokens, sentence_b_start=3 if sentence_b else None,
+                                  html_action="return")
     return html.data
 
 
@@ -34,6 +36,23 @@ def test_every_cdn_url_bertviz_writes_is_rewritten(view):
     assert offline.external_resources(html) == [], offline.external_resources(html)
     for path in ("../_vendor/requirejs/require.js", "'../_vendor/d3/d3.min'", "'../_vendor/jquery/jquery.min'"):
         assert path in html, f"{path} missing after the rewrite"
+
+
+@pytest.mark.parametrize("view, sentence_b", [("head_view", False), ("head_view", True), ("model_view", True)])
+def test_bertviz_controls_get_accessible_names(view, sentence_b):
+    """Every <select> bertviz writes gets an aria-label (axe-core's select-name rule, WCAG 4.1.2), once."""
+    import re
+
+    from bertlib.bertviz_assets import CONTROL_LABELS, label_controls
+
+    raw = _bertviz_html(view, sentence_b)
+    selects = re.findall(r"<select\b[^>]*>", raw)
+    assert selects and not any("aria-label" in s for s in selects), f"bertviz {view} labels its controls now"
+    html, n = label_controls(raw)
+    labelled = re.findall(r"<select\b[^>]*>", html)
+    assert n == len(selects) and all(re.search(r'aria-label="[^"]+"', s) for s in labelled), labelled
+    assert {re.search(r'id="(\w+)"', s).group(1) for s in labelled} <= set(CONTROL_LABELS)
+    assert label_controls(html) == (html, 0)  # labelled once
 
 
 def test_mathjax_cdn_url_is_rewritten():
@@ -63,8 +82,9 @@ def test_scanner_finds_loads_and_ignores_links():
 def test_npm_pins_match_the_lock_file_and_the_vendored_files():
     package = json.loads((ROOT / "package.json").read_text())
     lock = json.loads((ROOT / "package-lock.json").read_text())
-    pins = package["dependencies"]
-    assert {"requirejs", "d3", "jquery", "mathjax"} <= set(pins), pins
+    pins = package["dependencies"] | package.get("devDependencies", {})
+    assert {"requirejs", "d3", "jquery", "mathjax"} <= set(package["dependencies"]), pins
+    assert "axe-core" in package["devDependencies"], "the browser test's accessibility check (tests/browser)"
     for name, version in pins.items():
         assert lock["packages"][f"node_modules/{name}"]["version"] == version, f"package-lock.json is stale for {name}"
     vendored_packages = {src.split("/")[0] for src in offline.FILES} | {offline.MATHJAX_SRC.split("/")[0]}
