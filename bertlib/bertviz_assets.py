@@ -63,7 +63,7 @@ _UNLABELLED_SELECT = re.compile(r"<select(\s+)id=([\"'])(" + "|".join(CONTROL_LA
 def label_controls(html: str) -> tuple[str, int]:
     """Give bertviz's ``<select>`` controls (:data:`CONTROL_LABELS`) an ``aria-label`` where they have none.
     Returns the new text and the number of controls labelled. Applied by the book build to every page
-    (``_ext/bertbook/offline.py``) and by a live notebook to every bertviz view (:mod:`bertlib.notebook`)."""
+    (``_ext/bertbook/accessibility.py``) and by a live notebook to every bertviz view (:mod:`bertlib.notebook`)."""
     return _UNLABELLED_SELECT.subn(
         lambda m: f'<select{m.group(1)}id={m.group(2)}{m.group(3)}{m.group(2)} '
                   f'aria-label="{CONTROL_LABELS[m.group(3)]}"', html)

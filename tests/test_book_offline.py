@@ -55,6 +55,17 @@ def test_bertviz_controls_get_accessible_names(view, sentence_b):
     assert label_controls(html) == (html, 0)  # labelled once
 
 
+def test_citation_entries_become_list_items():
+    """docutils' bibliography: a role="list" whose entries carry the deprecated doc-biblioentry role (axe-core
+    aria-required-children, critical) gets role="listitem" entries; nothing else changes."""
+    accessibility = pytest.importorskip("bertbook.accessibility")
+    page = ('<div role="list" class="citation-list">\n<div class="citation" id="id1" role="doc-biblioentry">A</div>'
+            "<div class='citation' role='doc-biblioentry'>B</div></div><p>role=&quot;doc-biblioentry&quot; in text</p>")
+    html, n = accessibility.citation_list_items(page)
+    assert n == 2 and html.count('role="listitem"') == 1 and html.count("role='listitem'") == 1
+    assert "role=&quot;doc-biblioentry&quot; in text" in html  # text on the page (escaped), not an attribute
+
+
 def test_mathjax_cdn_url_is_rewritten():
     html, n = offline.rewrite_cdn_urls('<script defer src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js">'
                                        "</script>", "")

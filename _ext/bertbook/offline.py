@@ -26,7 +26,7 @@ from typing import Any
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
-from bertlib.bertviz_assets import ASSETS_ENV, CDN_URLS, NPM_CI, NPM_FILES, label_controls
+from bertlib.bertviz_assets import ASSETS_ENV, CDN_URLS, NPM_CI, NPM_FILES
 
 logger = logging.getLogger(__name__)
 
@@ -170,8 +170,7 @@ def use_vendored_mathjax(app: Sphinx, config: Any) -> None:
 
 def rewrite_page(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
     """html-page-context: point bertviz's outputs at the vendored copies (MathJax already is:
-    :func:`use_vendored_mathjax`), name bertviz's controls for screen readers (:func:`label_controls`), drop
-    duplicate inline scripts, and warn about any external resource left."""
+    :func:`use_vendored_mathjax`), drop duplicate inline scripts, and warn about any external resource left."""
     if app.builder.format != "html":
         return
     prefix = _prefix(context)
@@ -194,8 +193,6 @@ def rewrite_page(app: Sphinx, pagename: str, templatename: str, context: dict[st
     for key in ("body", "metatags"):
         if isinstance(context.get(key), str):
             context[key], _ = rewrite_cdn_urls(context[key], prefix)
-    if isinstance(context.get("body"), str):  # bertviz's <select>s get accessible names (axe-core, WCAG 4.1.2)
-        context["body"], _ = label_controls(context["body"])
 
     left = [os.fspath(getattr(js, "filename", js) or "") for js in scripts]
     left = [f for f in left if "://" in f or f.startswith("//")]

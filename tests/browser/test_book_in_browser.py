@@ -83,7 +83,7 @@ SVG_STATE_JS = """(id) => {
 
 AXE_JS = """async (tags) => {
   const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
-  return result.violations.map(v => ({id: v.id, impact: v.impact, help: v.help, helpUrl: v.helpUrl,
+  return result.violations.map(v => ({id: v.id, impact: v.impact, help: v.help, helpUrl: v.helpUrl, tags: v.tags,
     count: v.nodes.length, nodes: v.nodes.slice(0, 5).map(n => ({target: n.target.join(' '),
                                                                 html: n.html.slice(0, 200)}))}));
 }"""
@@ -355,9 +355,10 @@ def test_wide_views_fit_or_scroll_in_their_own_box(visit: Visit):
 @pages
 def test_no_serious_or_critical_accessibility_violations(visit: Visit):
     """axe-core, WCAG 2.0/2.1 A and AA: no violation of serious or critical impact (bertviz's controls included:
-    the book names them, bertlib.bertviz_assets.label_controls). Milder ones are listed in summary.json."""
+    the book names them, _ext/bertbook/accessibility.py). axe-core's experimental rules (which its default run
+    leaves out) and milder violations are listed in summary.json, not failed."""
     assert visit.axe is not None, f"{visit.docname}: axe-core did not run"
-    failing = [v for v in visit.axe if v["impact"] in AXE_FAILING]
+    failing = [v for v in visit.axe if v["impact"] in AXE_FAILING and "experimental" not in v["tags"]]
     assert not failing, f"{visit.docname}: {len(failing)} serious or critical axe-core violations:\n" + "\n".join(
         f"  {v['impact']} {v['id']} ({v['count']} nodes): {v['help']} {v['helpUrl']}\n    "
         + "\n    ".join(f"{n['target']}: {n['html']}" for n in v["nodes"]) for v in failing)
