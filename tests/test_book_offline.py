@@ -66,6 +66,23 @@ def test_citation_entries_become_list_items():
     assert "role=&quot;doc-biblioentry&quot; in text" in html  # text on the page (escaped), not an attribute
 
 
+def test_controls_named_by_their_visible_text():
+    """The theme's and myst-nb's controls whose aria-label hid their visible text (axe-core
+    label-content-name-mismatch) are named by it; an icon-only button keeps its label as hidden text."""
+    accessibility = pytest.importorskip("bertbook.accessibility")
+    page = ('<summary aria-label="Toggle hidden content">\n<p>Show code cell source</p></summary>'
+            '<button class="btn search-button-field search-button__button" title="Search" aria-label="Search" '
+            'data-bs-toggle="tooltip"><span>Search</span><kbd>Ctrl</kbd>+<kbd>K</kbd></button>'
+            '<button class="btn btn-sm nav-link theme-switch-button" aria-label="Color mode" data-bs-title="C">'
+            '<i class="theme-switch fa-sun"></i></button>'
+            '<button class="btn btn-sm search-button search-button__button" aria-label="Search"><i></i></button>')
+    html, n = accessibility.visible_names(page)
+    assert n == 3 and "<summary>" in html and 'aria-label="Color mode"' not in html
+    assert '<span class="visually-hidden">Color mode</span><i class="theme-switch' in html
+    assert html.count('aria-label="Search"') == 1  # the icon-only search button keeps its name
+    assert accessibility.visible_names(html) == (html, 0)
+
+
 def test_mathjax_cdn_url_is_rewritten():
     html, n = offline.rewrite_cdn_urls('<script defer src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js">'
                                        "</script>", "")

@@ -51,5 +51,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("html-page-context", offline.rewrite_page, priority=900)
     app.connect("html-page-context", accessibility.fix_page, priority=900)
     app.connect("build-finished", offline.check_written_pages)
+    app.connect("build-finished", accessibility.fix_written_pages)
     app.connect("build-finished", measure.write_summary)
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}

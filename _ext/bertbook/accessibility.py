@@ -7,16 +7,30 @@ where the HTML is written.
 - docutils writes the bibliography as ``<div role="list">`` of entries with the deprecated DPUB role
   ``doc-biblioentry``, which is not a list item (axe-core ``aria-required-children``, critical, and
   ``aria-deprecated-role``): each entry becomes ``role="listitem"``.
+- Controls whose ``aria-label`` hides their visible text (axe-core ``label-content-name-mismatch``, WCAG 2.1 2.5.3,
+  serious), written by the theme and myst-nb around the body: myst-nb's "Show code cell source" toggles
+  (``aria-label="Toggle hidden content"``), pydata-sphinx-theme's search field ("Search Ctrl+K", named "Search") and
+  its colour-mode button (icons only): the first two lose the ``aria-label`` (their visible text names them), the
+  last gets its name as visually hidden text. Applied to every written page (:func:`fix_written_pages`).
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from sphinx.application import Sphinx
 
 from bertlib.bertviz_assets import label_controls
+
+#: (pattern, replacement) for the whole written page: see the module docstring.
+_NAME_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r'<summary aria-label="Toggle hidden content">'), "<summary>"),
+    (re.compile(r'(<button class="[^"]*\bsearch-button-field\b[^"]*"[^>]*?) aria-label="[^"]*"'), r"\1"),
+    (re.compile(r'(<button class="[^"]*\btheme-switch-button\b[^"]*"[^>]*?) aria-label="([^"]*)"([^>]*>)'),
+     r'\1\3<span class="visually-hidden">\2</span>'),
+)
 
 _BIBLIOENTRY = re.compile(r"""\brole=(["'])doc-biblioentry\1""")
 
@@ -33,3 +47,28 @@ def fix_page(app: Sphinx, pagename: str, templatename: str, context: dict[str, A
         return
     body, _ = label_controls(context["body"])
     context["body"], _ = citation_list_items(body)
+
+
+def visible_names(html: str) -> tuple[str, int]:
+    """Give the theme's and myst-nb's controls (module docstring) accessible names that contain their visible text.
+    Returns the new text and the number of controls changed."""
+    total = 0
+    for pattern, replacement in _NAME_FIXES:
+        html, n = pattern.subn(replacement, html)
+        total += n
+    return html, total
+
+
+def fix_written_pages(app: Sphinx, exception: Exception | None) -> None:
+    """build-finished: :func:`visible_names` on every written HTML page (the theme's controls are outside the body
+    that html-page-context can change)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    outdir = Path(app.outdir)
+    for page in sorted(outdir.rglob("*.html")):
+        if "_vendor" in page.relative_to(outdir).parts:
+            continue
+        text = page.read_text(encoding="utf-8")
+        fixed, n = visible_names(text)
+        if n:
+            page.write_text(fixed, encoding="utf-8")
