@@ -83,6 +83,26 @@ def test_controls_named_by_their_visible_text():
     assert accessibility.visible_names(html) == (html, 0)
 
 
+def test_every_written_page_is_fixed(tmp_path):
+    """build-finished: each written page gets every fix (bertviz's controls, citations, visible names); _vendor/
+    is left alone."""
+    from types import SimpleNamespace
+
+    accessibility = pytest.importorskip("bertbook.accessibility")
+    page = ('<select id="layer"></select><div role="list"><div role="doc-biblioentry">A</div></div>'
+            '<summary aria-label="Toggle hidden content"><p>Show code cell source</p></summary>')
+    (tmp_path / "chapters").mkdir()
+    (tmp_path / "_vendor").mkdir()
+    for path in (tmp_path / "chapters" / "a.html", tmp_path / "_vendor" / "b.html"):
+        path.write_text(page, encoding="utf-8")
+    app = SimpleNamespace(outdir=str(tmp_path), builder=SimpleNamespace(format="html"))
+    accessibility.fix_written_pages(app, None)
+    fixed = (tmp_path / "chapters" / "a.html").read_text(encoding="utf-8")
+    assert fixed == accessibility.fix_html(page)[0] != page
+    assert 'aria-label="Layer"' in fixed and 'role="listitem"' in fixed and "<summary>" in fixed
+    assert (tmp_path / "_vendor" / "b.html").read_text(encoding="utf-8") == page
+
+
 def test_mathjax_cdn_url_is_rewritten():
     html, n = offline.rewrite_cdn_urls('<script defer src="https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js">'
                                        "</script>", "")

@@ -49,7 +49,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("env-merge-info", measure.merge)
     # after sphinx.ext.mathjax (priority 500) has added its script tag, so the check below sees it too
     app.connect("html-page-context", offline.rewrite_page, priority=900)
-    app.connect("html-page-context", accessibility.fix_page, priority=900)
     app.connect("build-finished", offline.check_written_pages)
     app.connect("build-finished", accessibility.fix_written_pages)
     app.connect("build-finished", measure.write_summary)

@@ -11,14 +11,15 @@ where the HTML is written.
   serious), written by the theme and myst-nb around the body: myst-nb's "Show code cell source" toggles
   (``aria-label="Toggle hidden content"``), pydata-sphinx-theme's search field ("Search Ctrl+K", named "Search") and
   its colour-mode button (icons only): the first two lose the ``aria-label`` (their visible text names them), the
-  last gets its name as visually hidden text. Applied to every written page (:func:`fix_written_pages`).
+  last gets its name as visually hidden text.
+
+All three are applied to every page the build writes (:func:`fix_written_pages`).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from sphinx.application import Sphinx
 
@@ -41,14 +42,6 @@ def citation_list_items(html: str) -> tuple[str, int]:
     return _BIBLIOENTRY.subn(lambda m: f"role={m.group(1)}listitem{m.group(1)}", html)
 
 
-def fix_page(app: Sphinx, pagename: str, templatename: str, context: dict[str, Any], doctree: Any) -> None:
-    """html-page-context: name bertviz's controls and make citation entries list items in the page body."""
-    if app.builder.format != "html" or not isinstance(context.get("body"), str):
-        return
-    body, _ = label_controls(context["body"])
-    context["body"], _ = citation_list_items(body)
-
-
 def visible_names(html: str) -> tuple[str, int]:
     """Give the theme's and myst-nb's controls (module docstring) accessible names that contain their visible text.
     Returns the new text and the number of controls changed."""
@@ -59,9 +52,18 @@ def visible_names(html: str) -> tuple[str, int]:
     return html, total
 
 
+def fix_html(html: str) -> tuple[str, int]:
+    """Every fix of the module docstring on one page's HTML; returns the new text and the number of changes."""
+    total = 0
+    for fix in (label_controls, citation_list_items, visible_names):
+        html, n = fix(html)
+        total += n
+    return html, total
+
+
 def fix_written_pages(app: Sphinx, exception: Exception | None) -> None:
-    """build-finished: :func:`visible_names` on every written HTML page (the theme's controls are outside the body
-    that html-page-context can change)."""
+    """build-finished: :func:`fix_html` on every written HTML page (whole pages: the theme's controls are outside
+    the body that html-page-context sees)."""
     if exception is not None or app.builder.format != "html":
         return
     outdir = Path(app.outdir)
@@ -69,6 +71,6 @@ def fix_written_pages(app: Sphinx, exception: Exception | None) -> None:
         if "_vendor" in page.relative_to(outdir).parts:
             continue
         text = page.read_text(encoding="utf-8")
-        fixed, n = visible_names(text)
+        fixed, n = fix_html(text)
         if n:
             page.write_text(fixed, encoding="utf-8")
