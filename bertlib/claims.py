@@ -66,16 +66,6 @@ MEASURED_CHECKPOINTS: dict[str, str] = {
 }
 
 
-def measured_on(*names: str) -> dict[str, str]:
-    """The part of :data:`MEASURED_CHECKPOINTS` with these names: for a claim whose margin was measured on fewer
-    checkpoints than the others (``checkpoint_claim(..., measured=measured_on("all-MiniLM-L6-v2"))``)."""
-    unknown = set(names) - set(MEASURED_CHECKPOINTS.values())
-    if unknown:
-        raise ValueError(f"no measured checkpoint is named {sorted(unknown)}; the names are "
-                         f"{sorted(MEASURED_CHECKPOINTS.values())}")
-    return {fp: name for fp, name in MEASURED_CHECKPOINTS.items() if name in names}
-
-
 #: The architecture fields that enter the fingerprint with the weights.
 _FINGERPRINT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                        "max_position_embeddings", "type_vocab_size", "hidden_act", "layer_norm_eps")

@@ -84,6 +84,15 @@ def test_minilm_l3_conversion_matches_onnxruntime(minilm_l3):
     assert not info["pooler"] and not set(POOLER_KEYS) & set(load_file(str(out / "model.safetensors")))
 
 
+def test_claims_recognise_the_measured_checkpoints(minilm_l3, tiny_dir):
+    """The converted paraphrase-MiniLM-L3-v2 is the checkpoint whose margins were measured (its claims are asserted
+    on it); a change of the conversion that moved a weight would make them silently reported instead."""
+    from bertlib import claims
+
+    assert claims.measured_checkpoint(bertlib.load_pretrained(minilm_l3[0])) == convert.MINILM_L3
+    assert claims.measured_checkpoint(bertlib.load_pretrained(tiny_dir)) is None
+
+
 def test_onnx_graph_read_without_hard_coded_shapes(minilm_l3):
     """Heads, eps and the activation come from the graph's nodes: the head count from the attention reshapes."""
     import onnx
