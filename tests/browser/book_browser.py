@@ -18,6 +18,11 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-dev-shm-usage"]
 VIEWPORT = {"width": 1280, "height": 900}
 HERE = Path(__file__).resolve().parent
+#: axe-core from npm (package.json's devDependencies), injected into every page of the book: the accessibility check.
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+#: What the check covers: WCAG 2.0 and 2.1, levels A and AA (axe-core's rule tags), and the impacts that fail it.
+AXE_TAGS = ("wcag2a", "wcag2aa", "wcag21a", "wcag21aa")
+AXE_FAILING = ("serious", "critical")
 
 
 def missing_prerequisite(book: bool = True) -> str | None:
@@ -32,6 +37,8 @@ def missing_prerequisite(book: bool = True) -> str | None:
             return "JupyterLab is missing: pip install -e '.[browser]' (or `make lab`)"
         if not (ROOT / "node_modules" / "requirejs" / "require.js").exists():
             return "no node_modules/ (bertviz's require.js, d3, jQuery): run `npm ci` (make book / make lab do)"
+    if book and not AXE.exists():
+        return f"no {AXE.relative_to(ROOT)} (the accessibility check): run `npm ci --ignore-scripts` (make book does)"
     if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
         return f"chromium not found at {CHROMIUM}: `apt-get install -y chromium` (Debian) or set CHROMIUM"
     try:
@@ -59,3 +66,5 @@ class Visit:
     features: dict[str, Any] = field(default_factory=dict)
     screenshot: Path | None = None
     load_error: str | None = None
+    #: axe-core's WCAG 2 A/AA violations on the page: rule id, impact, help text and the first offending nodes.
+    axe: list[dict[str, Any]] | None = None

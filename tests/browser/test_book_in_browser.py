@@ -5,7 +5,8 @@ request outside its own origin (they are blocked and recorded: the book must ren
 every equation; every image and plot is present; bertviz's head_view and model_view drew their SVG (the number of
 attention lines is checked against the attention tensor embedded in the page) and the layer selector changes the
 picture; wide views fit the content column or scroll inside their own box; every internal link and anchor
-resolves; each chapter's self-check quiz answers a click on a wrong and on the right option with that option's
+resolves; axe-core (from npm, injected into the page) finds no serious or critical WCAG 2 A/AA violation; each
+chapter's self-check quiz answers a click on a wrong and on the right option with that option's
 explanation (offline); and a full-page screenshot is kept in _build/screenshots/.
 """
 
@@ -22,7 +23,7 @@ import pytest
 
 from toc import toc_files
 
-from .book_browser import HTML, ROOT, SCREENSHOTS, Visit
+from .book_browser import AXE, AXE_FAILING, AXE_TAGS, HTML, ROOT, SCREENSHOTS, Visit
 
 DOCS = toc_files()
 NOTEBOOKS = [d for d in DOCS if (ROOT / f"{d}.ipynb").exists()]
@@ -80,6 +81,13 @@ SVG_STATE_JS = """(id) => {
   return {hash: h, length: html.length, lines: svg ? svg.querySelectorAll('line').length : 0};
 }"""
 
+AXE_JS = """async (tags) => {
+  const result = await axe.run(document, {runOnly: {type: 'tag', values: tags}, resultTypes: ['violations']});
+  return result.violations.map(v => ({id: v.id, impact: v.impact, help: v.help, helpUrl: v.helpUrl, tags: v.tags,
+    count: v.nodes.length, nodes: v.nodes.slice(0, 5).map(n => ({target: n.target.join(' '),
+                                                                html: n.html.slice(0, 200)}))}));
+}"""
+
 FEATURES_JS = """() => ({
   prev: !!document.querySelector('.prev-next-area a.left-prev'),
   next: !!document.querySelector('.prev-next-area a.right-next'),
@@ -121,7 +129,7 @@ def visits(site: str, browser: Any):
                                 "svg_width": b["svgWidth"], "fits": b["fits"], "scrolls": bool(b["scroller"]),
                                 "layer_change": b.get("layer_change")} for b in v.bertviz],
                    "external_requests": v.external, "console_errors": v.console_errors,
-                   "page_errors": v.page_errors, "measured": v.measured,
+                   "page_errors": v.page_errors, "measured": v.measured, "axe_violations": v.axe,
                    "screenshot": v.screenshot.name if v.screenshot else None}
                for d, v in found.items()}
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -203,6 +211,10 @@ def _record(page: Any, site: str, v: Visit) -> None:
             pass  # recorded below: the picture did not change
         view["layer_change"] = {"options": len(options), "to": target, "before": before,
                                 "after": page.evaluate(SVG_STATE_JS, view["id"])}
+    # the accessibility check, on the page as drawn (bertviz views included): axe-core's own file, inlined (no
+    # request), run on WCAG 2 A/AA rules
+    page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
+    v.axe = page.evaluate(AXE_JS, list(AXE_TAGS))
     feats = page.evaluate(FEATURES_JS)
     v.measured = feats.pop("measured")
     v.features = feats
@@ -338,6 +350,18 @@ def test_wide_views_fit_or_scroll_in_their_own_box(visit: Visit):
                                  f"out of the {right - left:.0f} px column with no scroll box")
         assert box["left"] >= left - 1 and box["right"] <= right + 1, \
             f"{visit.docname}: the scroll box of {view['id']} is wider than the column"
+
+
+@pages
+def test_no_serious_or_critical_accessibility_violations(visit: Visit):
+    """axe-core, WCAG 2.0/2.1 A and AA: no violation of serious or critical impact (bertviz's controls included:
+    the book names them, _ext/bertbook/accessibility.py). axe-core's experimental rules (which its default run
+    leaves out) and milder violations are listed in summary.json, not failed."""
+    assert visit.axe is not None, f"{visit.docname}: axe-core did not run"
+    failing = [v for v in visit.axe if v["impact"] in AXE_FAILING and "experimental" not in v["tags"]]
+    assert not failing, f"{visit.docname}: {len(failing)} serious or critical axe-core violations:\n" + "\n".join(
+        f"  {v['impact']} {v['id']} ({v['count']} nodes): {v['help']} {v['helpUrl']}\n    "
+        + "\n    ".join(f"{n['target']}: {n['html']}" for n in v["nodes"]) for v in failing)
 
 
 class _Anchors(HTMLParser):
