@@ -89,7 +89,7 @@ from .inference import autocast, evaluate, predict_logits, scores
 from .newsgroups import REMOVE, NewsData, Split, encode, head_tokens, load_data, split_data, token_counts, truncate
 from .optimization import adamw, linear_schedule, optimizer_step, schedule, warmup_steps
 from .pretrained import Pretrained, check_max_length, load_pretrained, model_name
-from .runtime import autocast_for, get_device, progress_enabled, set_seed
+from .runtime import get_device, progress_enabled, set_seed
 from .windows import encode_windows
 
 # What chapter 9, the tests and `python -m bertlib.features` read as bertlib.finetune.X: the trainer's own names and
