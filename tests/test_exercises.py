@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertlib.exercises import ExerciseIncomplete, check_answers, learner_mode, wrong_answer
+from bertlib.course.exercises import ExerciseIncomplete, check_answers, learner_mode, wrong_answer
 from nbval_learner import CHECK, SOLUTION, STARTER, exercises, source, tags
 from toc import notebooks
 

@@ -208,9 +208,9 @@ def test_activations_match_hf(name):
 
 
 def test_fidelity_report_command(real_sentences, capsys):
-    """``python -m bertlib.fidelity``: a row per hidden state and per layer's attention, every number within the
+    """``bertlib-fidelity``: a row per hidden state and per layer's attention, every number within the
     asserted tolerance, for each attention function asked for."""
-    from bertlib import fidelity
+    from bertlib.evaluation import fidelity
 
     table = fidelity.main(["--dtypes", "float64", "--attn", "eager,unpadded", "--sentences", "3"])
     out = capsys.readouterr().out

@@ -12,7 +12,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import bertlib
-from bertlib import head_pruning as HP
+from bertlib.variants import head_pruning as HP
 from helpers import random_inputs, random_model
 
 F64 = bertlib.tolerance("cpu", torch.float64)  # these models run on the CPU

@@ -18,7 +18,7 @@ from transformers import (
 )
 
 import bertlib
-from bertlib import heads as H
+from bertlib.tasks import heads as H
 from helpers import random_inputs
 
 F32 = bertlib.tolerance("cpu", torch.float32)

@@ -17,7 +17,7 @@ from torch.testing import assert_close
 from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification
 
 import bertlib
-from bertlib import head_pruning as HP
+from bertlib.variants import head_pruning as HP
 from helpers import random_inputs, random_model
 
 F64 = bertlib.tolerance("cpu", torch.float64)

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from bertlib import notebook
+from bertlib.course import bertviz_assets, notebook
 
 pytest.importorskip("IPython")
 bertviz = pytest.importorskip("bertviz")
@@ -24,7 +24,7 @@ def _shell():
 def _assets():
     assets = notebook.vendored_assets()
     if assets is None:
-        pytest.skip(f"no npm copies in {notebook.node_modules_dir()}: run `npm ci` (make book / make lab do)")
+        pytest.skip(f"no npm copies in {bertviz_assets.node_modules_dir()}: run `npm ci` (make book / make lab do)")
     return assets
 
 
@@ -42,7 +42,7 @@ def test_formatters_rewrite_what_bertviz_displays(monkeypatch):
     from IPython.display import HTML, Javascript
 
     _assets()
-    monkeypatch.delenv(notebook.ASSETS_ENV, raising=False)
+    monkeypatch.delenv(bertviz_assets.ASSETS_ENV, raising=False)
     shell = _shell()
     try:
         assert notebook.use_vendored_bertviz_assets(shell) == "inline"
@@ -62,17 +62,17 @@ def test_formatters_rewrite_what_bertviz_displays(monkeypatch):
 
 def test_modes(monkeypatch, tmp_path):
     shell = _shell()
-    monkeypatch.setenv(notebook.ASSETS_ENV, "cdn")
+    monkeypatch.setenv(bertviz_assets.ASSETS_ENV, "cdn")
     assert notebook.use_vendored_bertviz_assets(shell) == "cdn"
-    monkeypatch.setenv(notebook.ASSETS_ENV, "inline")
+    monkeypatch.setenv(bertviz_assets.ASSETS_ENV, "inline")
     monkeypatch.setenv("BERTLIB_NODE_MODULES", str(tmp_path))
     assert notebook.use_vendored_bertviz_assets(shell) == "missing"
     assert notebook.use_vendored_bertviz_assets(object()) == "no-ipython"
-    monkeypatch.setenv(notebook.ASSETS_ENV, "online")
+    monkeypatch.setenv(bertviz_assets.ASSETS_ENV, "online")
     with pytest.raises(ValueError, match="BERTLIB_BERTVIZ_ASSETS='online': use one of inline, cdn"):
         notebook.use_vendored_bertviz_assets(shell)
 
 
 def test_the_book_build_keeps_cdn_urls_for_its_own_rewrite():
     offline = pytest.importorskip("bertbook.offline", reason="the book extras (sphinx) are not installed")
-    assert offline.BERTVIZ_ASSETS_ENV == notebook.ASSETS_ENV
+    assert offline.BERTVIZ_ASSETS_ENV == bertviz_assets.ASSETS_ENV

@@ -18,7 +18,7 @@ import torch
 from torch.testing import assert_close
 
 import bertlib
-import bertlib.numpy_bert as nb
+import bertlib.variants.numpy_bert as nb
 from helpers import DEVICE, random_inputs, random_model
 
 F64 = bertlib.tolerance(DEVICE, torch.float64)

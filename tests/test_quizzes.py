@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from bertlib import quiz as bq
+from bertlib.course import quiz as bq
 from toc import ROOT, notebooks
 
 CHAPTERS = [p for p in notebooks() if p.parent.name == "chapters"]

@@ -9,7 +9,7 @@ import torch
 from transformers import AutoTokenizer
 
 import bertlib
-from bertlib import span_tasks as st
+from bertlib.tasks import span_tasks as st
 
 POST = ("From: jdoe@cs.example.edu (Jane Doe)\nSubject: Re: clocks\nLines: 9\n\n"
         "In article <x1@foo.org> bob@foo.org (Bob Roe) writes:\n> Jane Doe said so.\n"

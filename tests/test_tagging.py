@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 import bertlib
-from bertlib import tagging as tg
+from bertlib.tasks import tagging as tg
 
 TEXT = "In article <a1@x.org> jdoe@cs.example.edu writes: see http://www.x.org/y, post to sci.space, 33 MHz 8MB."
 

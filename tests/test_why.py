@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from transformers import BertConfig, BertModel
 
 import bertlib
-from bertlib.pretraining import init_state_dict
-from bertlib.why_heads import OneAttentionLayer, ablate_heads, neighbours_task, pair_accuracy, pair_loss
-from bertlib.why_normalise import ToyStack, encoder_layer_without_norm, residual_rms, teacher_task, train
+from bertlib.course.why_heads import OneAttentionLayer, ablate_heads, neighbours_task, pair_accuracy, pair_loss
+from bertlib.course.why_normalise import ToyStack, encoder_layer_without_norm, residual_rms, teacher_task, train
+from bertlib.training.pretraining import init_state_dict
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from typing import Any
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
-from bertlib.bertviz_assets import ASSETS_ENV, CDN_URLS, NPM_CI, NPM_FILES
+from bertlib.course.bertviz_assets import ASSETS_ENV, CDN_URLS, NPM_CI, NPM_FILES
 
 logger = logging.getLogger(__name__)
 
