@@ -68,9 +68,9 @@ def test_outputs_only_changes_nothing_but_what_is_kept(pretrained, real_batch, a
 _FAULTS_SCRIPT = """
 import resource, sys
 import torch
-from bertlib import bench
+from bertlib.perf import timing
 torch.set_num_threads(1)
-print(bench.keep_freed_memory() if sys.argv[1] == "keep" else "plain")
+print(timing.keep_freed_memory() if sys.argv[1] == "keep" else "plain")
 n = 8 * 2**20 // 4
 for _ in range(8):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

@@ -32,7 +32,7 @@ def _assets():
 def test_every_cdn_load_in_a_bertviz_view_is_replaced(view):
     attention = [torch.rand(1, 2, 4, 4).softmax(-1) for _ in range(2)]
     html = getattr(bertviz, view)(attention, ["[CLS]", "a", "b", "[SEP]"], html_action="return").data
-    assert _LOAD.search(html), f"bertviz {view} no longer loads from a CDN: update bertlib/notebook.py"
+    assert _LOAD.search(html), f"bertviz {view} no longer loads from a CDN: update bertlib/course/notebook.py"
     new, n = notebook.inline_assets(html, _assets())
     assert n == 3 and not _LOAD.search(new)
     assert new.count("data:text/javascript;base64,") == 2 and "<script>" in new

@@ -49,4 +49,4 @@ def cdn_pattern(asset: str, quoted: bool = False) -> re.Pattern[str]:
 def node_modules_dir() -> Path:
     """Where a live notebook reads the npm copies: ``$BERTLIB_NODE_MODULES``, else ``node_modules/`` at the
     repository root (next to ``bertlib/``; the book build reads its own root's)."""
-    return Path(os.environ.get(NODE_MODULES_ENV) or Path(__file__).resolve().parents[1] / "node_modules")
+    return Path(os.environ.get(NODE_MODULES_ENV) or Path(__file__).resolve().parents[2] / "node_modules")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 #: Where the quiz files live: quizzes/ beside the bertlib package (the repository root).
-QUIZ_DIR = Path(__file__).resolve().parent.parent / "quizzes"
+QUIZ_DIR = Path(__file__).resolve().parents[2] / "quizzes"
 MIN_QUESTIONS, MAX_QUESTIONS = 3, 5
 _CDN = re.compile(r"https?://cdn\.jsdelivr\.net/npm/mathjax@[^'\"]*")
 

@@ -37,7 +37,7 @@ def padded_batches(enc: list[list[int]], batches: list, pad_id: int, device: tor
 
 
 
-BENCH_DIR = Path(__file__).resolve().parents[1] / "_build" / "bench"
+BENCH_DIR = Path(__file__).resolve().parents[2] / "_build" / "bench"
 
 
 def workload_classifier(pt: Pretrained, device: torch.device, max_steps: int | None = None,
