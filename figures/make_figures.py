@@ -152,7 +152,8 @@ def architecture(chapter: int | None = None) -> Svg:
             "(bertlib.self_attention; one head is bertlib.attention_head), then dense, dropout, add and LayerNorm "
             "(bertlib.attention_output), then the feed-forward dense (to the intermediate width), GELU, dense "
             "(back to hidden), dropout, add and LayerNorm (bertlib.feed_forward). The pooler "
-            "(bertlib.pooler) turns the [CLS] vector into (batch, hidden); the task head (bertlib.tasks.classifier.BertClassifier) "
+            "(bertlib.pooler) turns the [CLS] vector into (batch, hidden); the task head "
+            "(bertlib.tasks.classifier.BertClassifier) "
             "gives (batch, num_labels) logits.").strip()
     W, L, R = 700, 60, 500          # canvas width; main column from L to R
     cx = (L + R) / 2
@@ -428,7 +429,8 @@ def mlm_nsp_input() -> Svg:
     svg = Svg(700, 344, "A pre-training input: a sentence pair, masked tokens and the two targets",
               "Sentence A 'the cat sat on the mat' and sentence B 'it was warm' are packed as [CLS] A [SEP] B [SEP], "
               "with segment ids 0 for [CLS], A and the first [SEP], and 1 for B and the last [SEP], and positions 0 "
-              "to 11. Masking (bertlib.data.pretraining_data.mask_tokens) chooses about 15% of the non-special tokens; the "
+              "to 11. Masking (bertlib.data.pretraining_data.mask_tokens) chooses about 15% of the non-special "
+              "tokens; the "
               "picture chooses 3 of the 9, far more than 15%, so that each of the three cases shows: "
               "'cat' becomes [MASK] (80% of chosen tokens), 'mat' becomes a random token 'dog' (10%) and 'was' stays "
               "unchanged (10%). The MLM labels hold the original token at the chosen positions and -100 elsewhere. "

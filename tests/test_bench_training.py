@@ -1,4 +1,4 @@
-"""bertlib.bench_training (appendix 14, section 14.9): the fine-tuning step timed against ``transformers.Trainer``.
+"""bertlib.perf.bench_training (appendix 14, section 14.9): the fine-tuning step timed against ``transformers.Trainer``.
 
 The rows are only as good as what they time: the padding-free step must compute chapter 9's update, and the
 ``Trainer`` row must train the same model on the same batches. Both are checked here on the tiny random BERT, with

@@ -160,7 +160,7 @@ def _dotted(node: ast.AST) -> str | None:
 
 
 def _is_module(dotted: str | None, modules: dict[str, str]) -> bool:
-    """Whether a name (``bertlib.pretraining``, or a name bound by ``import``) is a module."""
+    """Whether a name (``bertlib.training.pretraining``, or a name bound by ``import``) is a module."""
     if not dotted:
         return False
     root, _, rest = dotted.partition(".")

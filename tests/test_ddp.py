@@ -9,12 +9,12 @@ rescales each step's gradient to norm 1, which would hide a wrongly scaled loss 
 Two launches and one run in this process, about a minute and a half on two cores (marked ``slow``: ``make unit``
 leaves them out, ``make test`` runs them):
 
-* ``single``: the command's entry point (``bertlib.finetune.main``) in this process, on one thread;
+* ``single``: the command's entry point (``bertlib.training.finetune.main``) in this process, on one thread;
 * ``ddp``: ``python -m torch.distributed.run --standalone --nproc_per_node=2 -m bertlib.training.finetune`` with
   ``--stop-after-steps 3``, then the same command again, which resumes from rank 0's checkpoint on both ranks.
 
-The two must agree within :data:`bertlib.finetune.DDP_TOLERANCE` (step losses, logits, weights) and predict the
-same class for every post.
+The two must agree within :data:`bertlib.training.distributed.DDP_TOLERANCE` (step losses, logits, weights) and predict
+the same class for every post.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""bertlib.engines on a tiny random BERT (issue 29): every engine computes bertlib's logits.
+"""bertlib.perf.engines on a tiny random BERT (issue 29): every engine computes bertlib's logits.
 
-Each engine is compared with :func:`bertlib.engines.make_bertlib` (sdpa) on a padded batch: float32 engines within
+Each engine is compared with :func:`bertlib.perf.engines.make_bertlib` (sdpa) on a padded batch: float32 engines within
 1e-4 (different kernels sum in different orders), int8 weights within 5 % of the logits' spread (8-bit weights and
 activations). An engine whose package is absent is skipped with the reason. The ONNX export (ONNX Runtime, OpenVINO)
 and ``torch.compile`` are marked slow: the export takes 10-30 s and the first compiled call a minute or more on 2

@@ -1,5 +1,5 @@
-"""TF-IDF baselines, the ensemble and the error analysis of ``metrics.json`` (``bertlib.ensemble``, chapter 9), and
-training on windows: every choice is made on validation, the reported numbers are what the predictions give."""
+"""TF-IDF baselines, the ensemble and the error analysis of ``metrics.json`` (``bertlib.evaluation.ensemble``, chapter
+9), and training on windows: every choice is made on validation, the reported numbers are what the predictions give."""
 
 from __future__ import annotations
 

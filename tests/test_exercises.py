@@ -7,7 +7,7 @@ execution of the chapters (``tests/nbval_learner.py``). This file checks, withou
   the exercise of its prompt, and the starter sets every answer it names;
 - every name a check cell reads is defined by a visible cell above it (a learner never has the solution's names);
 - every exercise prompt is marked ★, ★★ or ★★★, and each chapter has at least one open exercise;
-- ``bertlib.exercises`` gives the friendly message and makes wrong answers of every supported type.
+- ``bertlib.course.exercises`` gives the friendly message and makes wrong answers of every supported type.
 """
 
 from __future__ import annotations

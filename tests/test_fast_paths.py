@@ -1,9 +1,9 @@
 """The fast paths of appendix 14 (*Making it fast*) compute the same function as the formulas and as HF.
 
 - ``fused=True``: one-kernel LayerNorm and GELU; ``attn_implementation="sdpa"``: fused attention.
-- ``bert_forward(..., attn_implementation="unpadded")`` (:mod:`bertlib.unpadded`): no padding position is ever
+- ``bert_forward(..., attn_implementation="unpadded")`` (:mod:`bertlib.model.encoder`): no padding position is ever
   computed.
-- :mod:`bertlib.bench` on a tiny grid: every row timed, the workload's [CLS] vectors agree across strategies.
+- :mod:`bertlib.perf.bench` on a tiny grid: every row timed, the workload's [CLS] vectors agree across strategies.
 Padding rows are excluded for the reason given in ``test_fidelity.py``.
 """
 

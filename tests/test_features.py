@@ -1,5 +1,5 @@
-"""Frozen features (``bertlib.features``, chapter 9): the vectors equal Hugging Face's, whole posts average their
-windows, the probe's ``C`` is chosen on validation only, and the command writes what chapter 9 reads."""
+"""Frozen features (``bertlib.evaluation.features``, chapter 9): the vectors equal Hugging Face's, whole posts average
+their windows, the probe's ``C`` is chosen on validation only, and the command writes what chapter 9 reads."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from torch.testing import assert_close
 import bertlib
 from helpers import DEVICE, random_inputs, random_model
 
-# The one source of the tolerances and of their reasons: bertlib.runtime.TOLERANCES (CUDA runs with TF32 off).
+# The one source of the tolerances and of their reasons: bertlib.model.runtime.TOLERANCES (CUDA runs with TF32 off).
 F32 = bertlib.tolerance(DEVICE, torch.float32)
 F64 = bertlib.tolerance(DEVICE, torch.float64)
 

@@ -4,7 +4,7 @@ A TINY setting keeps this file to well under a minute of CPU: 120 training posts
 test posts, 64 tokens, 6 optimizer steps, and the tiny random BERT of tests/conftest.py (``--model``): what is
 tested here (files, resume, export) holds for any weights; that fine-tuning the real model learns is
 ``test_training_learns_four_classes`` (marked slow). Three runs of the command's own entry point
-(``bertlib.finetune.main``, with the command-line arguments), in this process on one thread:
+(``bertlib.training.finetune.main``, with the command-line arguments), in this process on one thread:
 
 * ``A``: uninterrupted;
 * ``B``: the same arguments with ``--stop-after-steps 3`` (a simulated interruption), then the same arguments

@@ -1,4 +1,5 @@
-"""bertlib.notebook: in a live notebook, bertviz's views load require.js, d3 and jQuery from node_modules, not from
+"""bertlib.course.notebook: in a live notebook, bertviz's views load require.js, d3 and jQuery from node_modules, not
+from
 CDNs (the browser test tests/browser/test_lab_offline.py proves they draw in JupyterLab with the network blocked)."""
 
 from __future__ import annotations

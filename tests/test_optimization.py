@@ -1,5 +1,5 @@
-"""``bertlib.optimization``: the one optimiser recipe of fine-tuning (chapter 9) and pre-training (chapter 11), held
-against Hugging Face's own code: ``Trainer``'s weight-decay rule, ``get_linear_schedule_with_warmup`` and
+"""``bertlib.training.optimization``: the one optimiser recipe of fine-tuning (chapter 9) and pre-training (chapter
+11), held against Hugging Face's own code: ``Trainer``'s weight-decay rule, ``get_linear_schedule_with_warmup`` and
 ``TrainingArguments.get_warmup_steps``."""
 
 from __future__ import annotations

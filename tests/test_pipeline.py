@@ -1,7 +1,8 @@
-"""``bertlib.pipeline`` (chapter 10) stage by stage against the real ``transformers.pipeline("text-classification")``.
+"""``bertlib.tasks.pipeline`` (chapter 10) stage by stage against the real
+``transformers.pipeline("text-classification")``.
 
 One tiny exported classifier serves every test: the embedded model with a random 4-label head (weights scaled up
-so the probabilities are far from uniform and the labels far from ties), written by ``bertlib.export.export_hf``
+so the probabilities are far from uniform and the labels far from ties), written by ``bertlib.tasks.export.export_hf``
 and loaded back by the pipeline from the directory. No training and no data set: a few seconds of CPU.
 """
 

@@ -1,5 +1,5 @@
-"""bertlib.pretraining (chapter 11): vocabulary, masking statistics, NSP pairs, position encoding, the heads and
-loss against transformers.BertForPreTraining, and a short training run."""
+"""bertlib.training.pretraining (chapter 11): vocabulary, masking statistics, NSP pairs, position encoding, the heads
+and loss against transformers.BertForPreTraining, and a short training run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bertlib.relative_position (chapter 13): relative_key and relative_key_query against a straightforward loop
+"""bertlib.variants.relative_position (chapter 13): relative_key and relative_key_query against a straightforward loop
 implementation of HF 4.x's formula, the relative_key term against the relative_key code that transformers 5.x still
 ships (Wav2Vec2-BERT), the whole forward pass, head_mask, and bad input. transformers 5.x's BertModel no longer has
 position_embedding_type, so it cannot be the reference (checked below)."""

@@ -1,4 +1,5 @@
-"""bertlib.span_tasks (chapter 15b): QA examples with exact offsets, windows, span labels, post-processing, scores.
+"""bertlib.tasks.span_tasks (chapter 15b): QA examples with exact offsets, windows, span labels, post-processing,
+scores.
 
 Synthetic posts only (no 20 Newsgroups data needed); the default model's tokenizer."""
 

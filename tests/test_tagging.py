@@ -1,4 +1,5 @@
-"""bertlib.tagging (chapter 15b): rule labels, BIO tags per word, first-sub-token alignment, chunks, seqeval scores.
+"""bertlib.tasks.tagging (chapter 15b): rule labels, BIO tags per word, first-sub-token alignment, chunks, seqeval
+scores.
 
 Synthetic text only; the default model's tokenizer."""
 

@@ -1,5 +1,5 @@
-"""The why-experiments of chapters 3 (why normalise) and 5 (why several heads): bertlib.why_normalise and
-bertlib.why_heads against independent references (Hugging Face with its LayerNorms removed, hand-written
+"""The why-experiments of chapters 3 (why normalise) and 5 (why several heads): bertlib.course.why_normalise and
+bertlib.course.why_heads against independent references (Hugging Face with its LayerNorms removed, hand-written
 attention, zeroed weights). What training achieves is asserted in the chapters, with measured margins."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Whole posts by sliding windows (``bertlib.windows``, chapter 9): the windows are Hugging Face's overflowing
+"""Whole posts by sliding windows (``bertlib.data.windows``, chapter 9): the windows are Hugging Face's overflowing
 tokens, cover every token, and a post's pooled prediction depends neither on batching nor on the order of posts.
 
 The model is the tiny random BERT of tests/conftest.py (the embedded model's tokenizer) with a 4-class head (seed
@@ -164,7 +164,7 @@ def test_pooled_prediction_ignores_batching_and_post_order(pretrained, model, po
         torch.testing.assert_close(by_all[p], rows.mean(0) if how == "mean" else rows.amax(0), **tol)
 
 
-# ------------------------------------------------------------------------ wired into bertlib.finetune (eval_windows)
+# ---------------------------------------------------------- wired into bertlib.training.finetune (eval_windows)
 
 
 def test_evaluate_by_windows_scores_the_pooled_posts(pretrained, model):

@@ -3,7 +3,7 @@
 The assets come from the npm registry at build time (``package.json`` + ``package-lock.json``, ``npm ci
 --ignore-scripts``) and are copied to ``<outdir>/_vendor/``, *not* ``_static/``: Jupyter Book 1 injects every
 ``*.js`` of ``_static`` into every page, and a require.js loaded before MathJax breaks it ("Mismatched anonymous
-define() module"). Which files, and the CDN URLs bertviz writes, are :mod:`bertlib.bertviz_assets`, shared with a
+define() module"). Which files, and the CDN URLs bertviz writes, are :mod:`bertlib.course.bertviz_assets`, shared with a
 live notebook (``bertlib/course/notebook.py``).
 
 MathJax is pointed at its vendored copy through Sphinx's public ``mathjax_path`` setting (``config-inited``); at
@@ -36,7 +36,7 @@ VENDOR = "_vendor"
 #: require.js, d3 and jQuery into every view as it does in a live notebook (``bertlib/course/notebook.py``).
 BERTVIZ_ASSETS_ENV = ASSETS_ENV
 
-#: Where each of bertviz's assets goes under _vendor/ (its npm file and CDN URLs: bertlib.bertviz_assets).
+#: Where each of bertviz's assets goes under _vendor/ (its npm file and CDN URLs: bertlib.course.bertviz_assets).
 _VENDORED = {"require": "requirejs/require.js", "d3": "d3/d3.min.js", "jquery": "jquery/jquery.min.js"}
 #: npm file (relative to node_modules) -> file under _vendor/.
 FILES = {NPM_FILES[name]: dest for name, dest in _VENDORED.items()}

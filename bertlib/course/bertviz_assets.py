@@ -1,5 +1,6 @@
 """The JavaScript bertviz's views load, served from npm copies instead of CDNs: one definition of the files and of
-the CDN URLs, read by a live notebook (:mod:`bertlib.notebook`) and by the book build (``_ext/bertbook/offline.py``).
+the CDN URLs, read by a live notebook (:mod:`bertlib.course.notebook`) and by the book build
+(``_ext/bertbook/offline.py``).
 
 bertviz's ``head_view``, ``model_view`` and ``neuron_view`` write a ``<script src=...>`` for require.js and a
 ``require.config`` whose ``paths`` name d3 and jQuery on cdnjs (without ``.js``: require.js adds it). ``npm ci``

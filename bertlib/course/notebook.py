@@ -7,7 +7,7 @@ serves its own copies (``_ext/bertbook/offline.py``); in a live notebook (Jupyte
 rewrite those outputs: require.js goes inline into the page, and d3 and jQuery become ``data:`` URLs in bertviz's
 ``require.config`` paths, read from ``node_modules/`` (``npm ci`` installs the versions pinned in
 ``package-lock.json``; ``make lab`` runs it). No request leaves the notebook server. Which files and which CDN
-URLs: :mod:`bertlib.bertviz_assets`, shared with the book build.
+URLs: :mod:`bertlib.course.bertviz_assets`, shared with the book build.
 
 ``BERTLIB_BERTVIZ_ASSETS=cdn`` leaves bertviz's outputs as they are: the book build and the nbval run that fills its
 execution cache set it, since the book rewrites the CDN URLs to its own copies (a 0.5 MB inline copy per view

@@ -1,4 +1,4 @@
-"""Self-check quizzes at the end of each chapter: ``from bertlib.quiz import quiz; quiz("04")``.
+"""Self-check quizzes at the end of each chapter: ``from bertlib.course.quiz import quiz; quiz("04")``.
 
 The questions are data, one file per chapter: ``quizzes/<chapter>.json`` (the chapter's number as its file name
 starts: ``01``, ``01b``, ``09b``, ...), in jupyterquiz's format, so ``jupyterquiz.display_quiz(path)`` reads them

@@ -63,8 +63,9 @@ def collate(seqs: Sequence[Sequence[int]], pad_id: int, device: torch.device | s
 def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
     """Indices of the texts in batches of ``batch_size``, shortest texts first (a stable sort, so equal lengths
     keep their order): each batch is padded to nearly its own length, so little work goes to padding. Inference
-    batches this way (:func:`bertlib.inference.predict_logits`, :func:`bertlib.features.frozen_features`, the
-    benchmark's workload); training shuffles first (:func:`bertlib.finetune.epoch_batches`)."""
+    batches this way (:func:`bertlib.evaluation.inference.predict_logits`,
+    :func:`bertlib.evaluation.features.frozen_features`, the
+    benchmark's workload); training shuffles first (:func:`bertlib.data.batches.epoch_batches`)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
     order = np.argsort(np.asarray(lengths), kind="stable")

@@ -127,7 +127,7 @@ def sentences(text: str) -> list[str]:
 def plain_sentence(sentence: str, min_words: int, max_words: int) -> bool:
     """Whether ``sentence`` reads as prose: ``min_words`` to ``max_words`` words, plain ASCII, no e-mail address,
     quoting mark or ASCII art. The filter of :func:`example_sentences` and of chapter 11's corpus
-    (:func:`bertlib.pretraining.split_sentences`)."""
+    (:func:`bertlib.data.pretraining_data.split_sentences`)."""
     return min_words <= len(sentence.split()) <= max_words and sentence.isascii() and not _NOT_PROSE.search(sentence)
 
 

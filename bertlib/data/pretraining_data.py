@@ -1,7 +1,7 @@
 """What pre-training reads (chapter 11, *Pre-training*): a word-level vocabulary as from-scratch tutorials build
 one, BERT's masking rule (80/10/10), next-sentence pairs, a compact WordPiece vocabulary for a small model, the
 tokenized pairs and the batches drawn from them. The model, its heads and the trainer are in
-:mod:`bertlib.pretraining`, which re-exports every name here (chapter 11 reads them as ``bertlib.pretraining.X``).
+:mod:`bertlib.training.pretraining`.
 """
 
 from __future__ import annotations
@@ -153,9 +153,10 @@ def nsp_pairs(sentences_by_doc: Sequence[Sequence[object]], rng: np.random.Gener
 
 
 def split_sentences(text: str, min_words: int = 4, max_words: int = 40) -> list[str]:
-    """The sentences of a post (whitespace normalised, split after ``.!?``, :func:`bertlib.data.sentences`) that read
+    """The sentences of a post (whitespace normalised, split after ``.!?``, :func:`bertlib.data.corpus.sentences`) that
+    read
     as prose: ``min_words`` to ``max_words`` words, plain ASCII, and no e-mail addresses, quoting marks or ASCII art
-    (:func:`bertlib.data.plain_sentence`, the filter of the chapters' example sentences)."""
+    (:func:`bertlib.data.corpus.plain_sentence`, the filter of the chapters' example sentences)."""
     return [s for s in sentences(text) if plain_sentence(s, min_words, max_words)]
 
 

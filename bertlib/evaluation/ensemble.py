@@ -164,8 +164,8 @@ def ensemble_report(train_texts, train_labels, val_texts, val_labels, test_texts
     """The baselines and the ensemble, for ``metrics.json``: TF-IDF + logistic regression and TF-IDF + LinearSVC
     (features and ``C`` chosen on validation, :func:`fit_tfidf`), and ``w * softmax(bert) + (1 - w) * p_tfidf``
     with each baseline as ``p_tfidf``: ``w`` and the baseline are chosen on validation (on a tie, logistic
-    regression). Returns each one's test scores (:func:`bertlib.inference.scores`) with its validation accuracy and
-    its choices, and each one's ``(test_posts,)`` predicted classes."""
+    regression). Returns each one's test scores (:func:`bertlib.evaluation.inference.scores`) with its validation
+    accuracy and its choices, and each one's ``(test_posts,)`` predicted classes."""
     report, preds = {}, {}
     models = {kind: fit_tfidf(train_texts, train_labels, val_texts, val_labels, kind) for kind in ("logreg", "svc")}
     for kind, model in models.items():

@@ -3,8 +3,8 @@
 
 The network is not trained: it runs once over every post (eval mode, no gradients) and each post keeps three
 vectors, the final hidden state of ``[CLS]``, the pooler output (chapter 8) and the mean of the final hidden states
-over its real tokens. A post is read either truncated (:func:`bertlib.newsgroups.encode`) or whole, in windows
-(:func:`bertlib.windows.encode_windows`) whose vectors are averaged (:func:`bertlib.windows.pool_windows`). A
+over its real tokens. A post is read either truncated (:func:`bertlib.data.newsgroups.encode`) or whole, in windows
+(:func:`bertlib.data.windows.encode_windows`) whose vectors are averaged (:func:`bertlib.data.windows.pool_windows`). A
 standardised logistic regression per vector is the classifier; its ``C`` is chosen on the validation split
 (:func:`fit_probe`). The command (``bertlib-features``, or ``python -m bertlib.evaluation.features``; its options:
 :class:`FeaturesConfig`) reads the posts a profile reads (:data:`bertlib.data.newsgroups.POSTS`), the same splits
@@ -78,7 +78,7 @@ def post_features(pretrained: Pretrained, texts: list[str], max_length: int, rea
                   truncation: str = "head_tail", stride: int = 0, batch_size: int = 64) -> dict[str, np.ndarray]:
     """One vector of each kind per post: ``kind -> (len(texts), hidden)``. ``reading="truncated"``: of the post cut
     to ``max_length`` ids by ``truncation``; ``"windows"``: the mean of its windows' vectors (windows of
-    ``max_length`` ids sharing ``stride`` tokens, :func:`bertlib.windows.encode_windows`)."""
+    ``max_length`` ids sharing ``stride`` tokens, :func:`bertlib.data.windows.encode_windows`)."""
     tok = pretrained.tokenizer
     if reading == "truncated":
         seqs, post = encode(tok, texts, max_length, truncation), np.arange(len(texts))

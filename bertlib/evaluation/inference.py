@@ -86,7 +86,7 @@ def evaluate(model: torch.nn.Module, seqs: list[list[int]], labels: np.ndarray, 
     """:func:`scores` of the model's predictions on ``seqs`` plus their mean cross-entropy (``"loss"``), and the
     ``(n, num_labels)`` logits (:func:`predict_logits`; under DDP every rank calls it and gets everything).
 
-    With ``post_index``, ``seqs`` are the windows of whole posts (:func:`bertlib.windows.encode_windows`) and each
+    With ``post_index``, ``seqs`` are the windows of whole posts (:func:`bertlib.data.windows.encode_windows`) and each
     post's logits are its windows' pooled by ``window_pool`` (:func:`predict_post_logits`)."""
     if post_index is None:
         logits = predict_logits(model, seqs, pad_id, batch_size, device, rank=rank, world_size=world_size)

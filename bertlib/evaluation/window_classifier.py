@@ -29,7 +29,7 @@ class WindowAttention(nn.Module):
 
     ``u`` starts at zero, so an untrained module is the mean of the windows' vectors; a classifier layer on its
     output then scores the post (:class:`WindowClassifier`). Chapter 9, *whole posts*; fine-tuning
-    (:mod:`bertlib.finetune`) pools logits by mean or max instead."""
+    (:mod:`bertlib.training.finetune`) pools logits by mean or max instead."""
 
     def __init__(self, hidden_size: int) -> None:
         super().__init__()

@@ -146,7 +146,7 @@ def check_state_dict(state_dict: Mapping[str, torch.Tensor], config: BertConfig,
         raise ValueError(
             f"state_dict is missing {len(missing)} parameter(s) of BertModel: {_missing_summary(missing, config)}. "
             + ("Relative positions need one distance table per layer: add them with "
-               "bertlib.relative_position.add_distance_embeddings(state_dict, config). " if tables else "")
+               "bertlib.variants.relative_position.add_distance_embeddings(state_dict, config). " if tables else "")
             + "Pass the state dict of a BertModel (e.g. bertlib.load_pretrained().state_dict) whose config "
             "matches the one given."
         )
@@ -169,8 +169,9 @@ def _wrong_summary(wrong: list[str], given: dict, shapes: dict, config: BertConf
             wrong = [k for k in wrong if not (k.startswith(f"encoder.layer.{i}.attention.")
                                               and (".self." in k or "output.dense.weight" in k))]
     items += [f"{k}: {given[k]} (config implies {shapes[k]})" for k in wrong[:4]]
-    hint = (" Weights with fewer heads come from pruning: use the config that bertlib.head_pruning.prune() returned "
-            "(its pruned_heads records which heads are gone), or the config.json saved with them." if pruning else "")
+    hint = (" Weights with fewer heads come from pruning: use the config that bertlib.variants.head_pruning.prune() "
+            "returned (its pruned_heads records which heads are gone), or the config.json saved with them."
+            if pruning else "")
     return "; ".join(items) + ". Use the config that was saved with these weights." + hint
 
 

@@ -3,7 +3,7 @@ and ``BertModel.forward``.
 
 This is bertlib's only layer loop. Every variant the book builds runs through it: the attention function is
 chosen by name (``attn_implementation``: ``"eager"``, ``"sdpa"``, ``"head_loop"``, ``"unpadded"``; see
-:mod:`bertlib.attention_functions`), and the config decides the rest as in Hugging Face: ``is_decoder`` (a causal
+:mod:`bertlib.model.attention_functions`), and the config decides the rest as in Hugging Face: ``is_decoder`` (a causal
 mask), ``position_embedding_type`` (relative positions, HF 4.x) and ``pruned_heads`` (HF 4.x).
 """
 
@@ -203,7 +203,7 @@ def bert_forward(
     attention_mask, token_type_ids, position_ids)`` given the same weights and config, ``config.is_decoder``
     (causal attention) included. Defined in chapter 7, *The encoder loop*.
 
-    ``attn_implementation``: the attention function by name (:mod:`bertlib.attention_functions`): ``"eager"``
+    ``attn_implementation``: the attention function by name (:mod:`bertlib.model.attention_functions`): ``"eager"``
     (chapter 5), ``"sdpa"`` (fused, appendix 14), ``"head_loop"`` (chapter 4's one head at a time) or
     ``"unpadded"`` (appendix 14: no padding position is computed; zeros there). ``fused=True``: one-kernel
     LayerNorm and GELU. The config's ``position_embedding_type`` (``relative_key``/``relative_key_query``) and

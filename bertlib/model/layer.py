@@ -98,7 +98,8 @@ def feed_forward(
         h = activation(config.hidden_act, fused=fused)(h)
     elif applied != config.hidden_act:
         raise ValueError(f"layer {layer}'s feed-forward weight applies {applied!r} but config.hidden_act is "
-                         f"{config.hidden_act!r}; pack the weights with this config (bertlib.fast_linear.pack_weights)")
+                         f"{config.hidden_act!r}; pack the weights with this config "
+                         "(bertlib.variants.fast_linear.pack_weights)")
     h = F.linear(h, state_dict[p + "output.dense.weight"], state_dict[p + "output.dense.bias"])
     h = F.dropout(h, config.hidden_dropout_prob, training)
     gamma, beta = state_dict[p + "output.LayerNorm.weight"], state_dict[p + "output.LayerNorm.bias"]
@@ -123,7 +124,7 @@ def encoder_layer(
     """Self-attention → output dense + residual + LayerNorm → feed-forward + residual + LayerNorm.
 
     ``(batch, seq, hidden)`` in and out; also returns the ``(batch, heads, seq, seq)`` attention probabilities.
-    ``attn_implementation`` names the attention function (:mod:`bertlib.attention_functions`);
+    ``attn_implementation`` names the attention function (:mod:`bertlib.model.attention_functions`);
     ``fused=True``: LayerNorm and GELU as single PyTorch kernels (appendix 14, *Making it fast*).
     ``head_mask``: ``(heads,)`` factors for this layer's heads (:func:`bertlib.self_attention`; chapter 13).
     ``output_attentions=False`` returns ``None`` for the probabilities and frees them before the feed-forward runs.

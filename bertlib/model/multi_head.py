@@ -1,7 +1,7 @@
 """All heads at once (chapter 5, *All heads, batched*); mirrors HF ``BertSelfAttention``.
 
 The one place where the query, key and value projections are computed: the attention itself is a function
-chosen by name (:mod:`bertlib.attention_functions`), relative positions (chapter 13) enter as an additive bias on
+chosen by name (:mod:`bertlib.model.attention_functions`), relative positions (chapter 13) enter as an additive bias on
 the scores, and a pruned layer (chapter 13) simply has fewer rows in its weights.
 """
 
@@ -64,12 +64,13 @@ def self_attention(
     ``(batch, 1, seq, seq)`` with a causal mask) or ``None``. Returns the concatenated heads' context
     ``(batch, seq, kept * head_size)`` and the probabilities ``(batch, kept, seq, seq)``; ``kept`` is
     ``num_attention_heads`` unless ``config.pruned_heads`` removed some of this layer's heads.
-    ``attn_implementation`` names the attention function (:data:`bertlib.attention_functions.ATTENTION_FUNCTIONS`):
+    ``attn_implementation`` names the attention function
+    (:data:`bertlib.model.attention_functions.ATTENTION_FUNCTIONS`):
     ``"sdpa"`` is PyTorch's fused kernel and returns ``None`` for the probabilities.
     ``head_mask``: ``(heads,)`` or ``None`` (HF 4.x's ``head_mask`` for one layer): head ``h``'s probabilities
     (after dropout) are multiplied by ``head_mask[h]``, so 0 silences the head. With
     ``config.position_embedding_type`` ``relative_key``/``relative_key_query`` (HF 4.x) the distance terms of
-    :func:`bertlib.relative_position.relative_position_scores` are added to the scores. ``check=False`` skips the
+    :func:`bertlib.model.relative_scores.relative_position_scores` are added to the scores. ``check=False`` skips the
     argument checks (:func:`bertlib.encoder` has made them once).
     Defined in chapter 5, *All heads, batched*; ``head_mask``, pruning and relative positions in chapter 13.
     """

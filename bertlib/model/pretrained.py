@@ -63,7 +63,7 @@ class Pretrained:
     @property
     def random_weights(self) -> bool:
         """True for a checkpoint whose weights were never trained (``conversion.json`` written by
-        :mod:`bertlib.convert` says ``source: random ...``, as for ``tiny-odd-bert``). Facts of a trained BERT are
+        :mod:`bertlib.tools.convert` says ``source: random ...``, as for ``tiny-odd-bert``). Facts of a trained BERT are
         asserted only when this is False (CONTRIBUTING, *Two kinds of claims*). Chapter 1."""
         record = Path(self.source, "conversion.json")
         return record.is_file() and json.loads(record.read_text()).get("source", "").startswith("random")

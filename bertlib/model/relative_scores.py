@@ -1,8 +1,8 @@
 """The distance terms of relative position attention (chapter 13): what :func:`bertlib.self_attention` adds to the
 scores when ``config.position_embedding_type`` is ``relative_key`` or ``relative_key_query``. The chapter's module,
-with the distance tables and the story, is :mod:`bertlib.relative_position`, which re-exports these names; they
-live here, below :mod:`bertlib.multi_head`, so that self-attention can use them without importing the chapter's
-module (which uses self-attention).
+with the distance tables and the story, is :mod:`bertlib.variants.relative_position`; these names live here, below
+:mod:`bertlib.model.multi_head`, so that self-attention can use them without importing the chapter's module (which
+uses self-attention).
 """
 
 from __future__ import annotations

@@ -40,7 +40,8 @@ def tolerance(device: str | torch.device, dtype: torch.dtype = torch.float32) ->
     """``atol``/``rtol`` for comparing our tensors with HF's on ``device`` in ``dtype`` (see :data:`TOLERANCES`)."""
     key = (torch.device(device).type, dtype)
     if key not in TOLERANCES:
-        raise ValueError(f"no tolerance is stated for {key}; add one to bertlib.runtime.TOLERANCES with its reason.")
+        raise ValueError(f"no tolerance is stated for {key}; add one to bertlib.model.runtime.TOLERANCES with its "
+                         "reason.")
     return TOLERANCES[key]
 
 

@@ -13,17 +13,17 @@ is taken within a round and then the median over rounds. Sections:
   LayerNorm/GELU, the match of ``hf-sdpa``); ``bertlib-head-loop`` (chapter 4's per-head loop, at scale); on CUDA
   also ``bertlib-sdpa+compile``. Each row gives its time over ``hf-sdpa``'s and over ``hf-eager``'s.
 - **workload**: 20 Newsgroups test posts: naive padded batches (dataset order) vs length-sorted batches vs
-  bertlib's padding-free path (:mod:`bertlib.unpadded`), in posts/s, with the [CLS] vectors checked equal. The
+  bertlib's padding-free path (:mod:`bertlib.model.encoder`), in posts/s, with the [CLS] vectors checked equal. The
   methods take turns batch by batch, so a slowdown of the machine hits all of them alike.
 - **engines** (issue 29): chapter 9's fine-tuned classifier (:func:`workload_classifier`, kept under
   ``_build/bench``) on 20 Newsgroups test posts through HF (eager, sdpa, ``torch.ao`` int8), bertlib (sdpa,
-  padding-free, int8 weights, ``torch.compile``) and the engines of :mod:`bertlib.engines` (ONNX Runtime with and
+  padding-free, int8 weights, ``torch.compile``) and the engines of :mod:`bertlib.perf.engines` (ONNX Runtime with and
   without its transformer optimizer, OpenVINO, CTranslate2): posts/s with its min and max over rounds, paired
   speed-ups over HF's naive batches, the latency of one 128-token post, and test accuracy with its gap to fp32
   bertlib (a row counts within 0.3 points; the full profile scores every row that changed a prediction again on all
   7,532 test posts, ``--accuracy-posts``). bertlib's fastest float32 path prepacks its weights for oneDNN and applies
-  GELU inside the product (:class:`bertlib.fast_linear.PackedLinear`). ``--quick`` keeps int8, prepacked weights and
-  ONNX Runtime with its optimizer, on 64 posts.
+  GELU inside the product (:class:`bertlib.variants.fast_linear.PackedLinear`). ``--quick`` keeps int8, prepacked
+  weights and ONNX Runtime with its optimizer, on 64 posts.
   An engine whose package is absent is skipped with a message (``pip install -e '.[bench]'``). int8 uses
   ``torch.ops.quantized.linear_dynamic`` (the kernel of ``torch.ao.quantization.quantize_dynamic``): measured here
   faster than ``torch._int_mm`` with hand-written (de)quantization (89 vs 153 ms, fp32 368 ms, for a
@@ -32,9 +32,9 @@ is taken within a round and then the median over rounds. Sections:
   with the same loop (AdamW, bf16 autocast on CUDA).
 - **training**: the fine-tuning step on the ``cpu`` profile's batches against ``transformers.Trainer`` itself:
   chapter 9's padded step, the padding-free step and (full) ``torch.compile``, in real tokens/s
-  (:mod:`bertlib.bench_training`).
+  (:mod:`bertlib.perf.bench_training`).
 
-Timing and memory are measured by :mod:`bertlib.timing` (interleaved rounds, paired ratios, glibc's allocator kept
+Timing and memory are measured by :mod:`bertlib.perf.timing` (interleaved rounds, paired ratios, glibc's allocator kept
 from handing memory back, peak memory by ``psutil``).
 
 Model FLOPs utilisation uses ``2 * params + 4 * layers * seq * hidden`` FLOPs per token for the forward pass, with
@@ -72,7 +72,7 @@ from bertlib.perf.bench_engines import (
 from bertlib.perf.timing import keep_freed_memory, paired_ratio, peak_memory_mb, time_interleaved, time_rounds, timed
 from bertlib.variants.fast_linear import pack_weights
 
-# The timing functions chapter 14 and the tests read as bertlib.bench.X (defined in bertlib.timing).
+# The timing functions chapter 14 and the tests read as bertlib.perf.bench.X (defined in bertlib.perf.timing).
 __all__ = [
     "Row", "finetune_rows", "forward_flops_per_token", "grid_rows", "main", "markdown", "matmul_params",
     "outputs_only", "workload_rows"

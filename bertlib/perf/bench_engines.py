@@ -1,6 +1,6 @@
 """The engines section of ``python -m bertlib.perf.bench`` (issue 29; appendix 14, *Making it fast*): chapter 9's
 fine-tuned classifier (or a linear probe) on 20 Newsgroups test posts through Hugging Face, bertlib and the engines
-of :mod:`bertlib.engines`, interleaved batch by batch over rounds. :mod:`bertlib.bench` re-exports every name here.
+of :mod:`bertlib.perf.engines`, interleaved batch by batch over rounds; :mod:`bertlib.perf.bench` prints its table.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ REFERENCE = "bertlib padding-free, length-sorted"
 
 def padded_batches(enc: list[list[int]], batches: list, pad_id: int, device: torch.device):
     """``(indices, input_ids, attention_mask)`` of each batch of indices, padded to its own longest post
-    (:func:`bertlib.data.collate`)."""
+    (:func:`bertlib.data.batches.collate`)."""
     for idx in batches:
         batch = collate([enc[j] for j in idx], pad_id, device)
         yield idx, batch["input_ids"], batch["attention_mask"]
@@ -42,8 +42,8 @@ BENCH_DIR = Path(__file__).resolve().parents[2] / "_build" / "bench"
 
 def workload_classifier(pt: Pretrained, device: torch.device, max_steps: int | None = None,
                         out_dir: str | Path | None = None, seed: int = 0):
-    """Chapter 9's quick-profile classifier (``bertlib.finetune``, 300 stratified training posts, 128 tokens), fine-
-    tuned once and kept under ``out_dir`` (default :data:`BENCH_DIR`); ``max_steps`` stops it early (chapter 14's
+    """Chapter 9's quick-profile classifier (``bertlib.training.finetune``, 300 stratified training posts, 128 tokens),
+    fine- tuned once and kept under ``out_dir`` (default :data:`BENCH_DIR`); ``max_steps`` stops it early (chapter 14's
     quick profile). Returns ``(model, label_names, info)``, the model in eval mode on ``device``."""
     import hashlib
 
@@ -65,7 +65,7 @@ def workload_classifier(pt: Pretrained, device: torch.device, max_steps: int | N
             ft.train(cfg, out, data=data, pretrained=pt, export=False, verbose=False)
     model = ft.build_model(cfg, pt, len(data.label_names), device)
     load_weights(model, out / checkpoint.BEST)
-    info = {"kind": "fine-tuned (bertlib.finetune, quick profile)", "dir": str(out), "max_steps": max_steps,
+    info = {"kind": "fine-tuned (bertlib.training.finetune, quick profile)", "dir": str(out), "max_steps": max_steps,
             "train_posts": len(data.train),
             "seconds": round(time.perf_counter() - t0, 1), "trained_here": trained_here}
     return model.eval(), list(data.label_names), info
@@ -115,7 +115,7 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
                 max_length: int, batch_size: int, rounds: int, engines: list[str] | None = None,
                 workdir: str | Path | None = None, latency_repeats: int = 7, core: bool = True,
                 accuracy_posts: int | None = None) -> dict:
-    """The 20 Newsgroups test posts classified by ``model`` through each engine (:mod:`bertlib.engines`).
+    """The 20 Newsgroups test posts classified by ``model`` through each engine (:mod:`bertlib.perf.engines`).
 
     Every method runs every batch in turn (interleaved, batch by batch) for ``rounds`` rounds; posts/s is the
     median over rounds with its min and max; each speed-up over ``hf-sdpa, naive batches`` is taken within a round

@@ -1,10 +1,10 @@
 """The fine-tuning step made fast, timed against ``transformers.Trainer`` on the same batches (appendix 14, section
 14.9, *Training fast*).
 
-Chapter 9's trainer (:func:`bertlib.finetune.train_step`) already runs the fast kernels of the forward pass (SDPA,
-one-kernel LayerNorm and GELU) and fused AdamW, the optimizer ``Trainer`` picks by default. This module times it
+Chapter 9's trainer (:func:`bertlib.training.finetune.train_step`) already runs the fast kernels of the forward pass
+(SDPA, one-kernel LayerNorm and GELU) and fused AdamW, the optimizer ``Trainer`` picks by default. This module times it
 on the batches the ``cpu`` profile trains on with ``--train-windows``: every 128-token window of the 20 Newsgroups
-training posts, shuffled, bucketed by length and batched (:func:`bertlib.data.epoch_batches`). The rows,
+training posts, shuffled, bucketed by length and batched (:func:`bertlib.data.batches.epoch_batches`). The rows,
 interleaved round by round on the same batches (:func:`training_rows`):
 
 - ``hf Trainer``: ``transformers.Trainer.train`` itself on ``BertForSequenceClassification`` (SDPA, its default
@@ -12,7 +12,7 @@ interleaved round by round on the same batches (:func:`training_rows`):
   loading, the forward and backward passes, clipping, the optimizer and the schedule all count;
 - ``bertlib, padded``: chapter 9's step on :class:`bertlib.BertClassifier` (SDPA, fused kernels, fused AdamW);
 - ``bertlib, padding-free``: the same with ``attn_implementation="unpadded"``: only the real tokens pass through
-  the dense layers, forward and backward (:mod:`bertlib.unpadded`);
+  the dense layers, forward and backward (:mod:`bertlib.model.encoder`);
 - ``bertlib + torch.compile`` (``compile_=True``): the classifier's forward compiled by inductor; its backward is
   compiled too (AOTAutograd). Its compile time is reported apart.
 
@@ -41,7 +41,7 @@ from bertlib.tasks.classifier import BertClassifier
 __all__ = ["TRAIN_COLUMNS", "cpu_profile_batches", "cpu_profile_sequences", "padding_share", "padding_shares",
            "training_rows"]
 
-#: The columns :func:`bertlib.bench.markdown` shows of :func:`training_rows`.
+#: The columns :func:`bertlib.perf.bench.markdown` shows of :func:`training_rows`.
 TRAIN_COLUMNS = ["method", "tokens_per_s", "ms_per_step", "speedup_vs_trainer", "speedup_min", "speedup_max",
                  "compile_s"]
 LR, WEIGHT_DECAY, MAX_GRAD_NORM = 1e-4, 0.01, 1.0  # the cpu profile's encoder learning rate (finetune_config)
@@ -51,7 +51,7 @@ def cpu_profile_sequences(tokenizer, n_posts: int, max_length: int = 128, window
                           stride: int = 0) -> tuple[list[list[int]], np.ndarray]:
     """Token ids and labels of the first ``n_posts`` training posts as the ``cpu`` profile reads them: with
     ``windows`` every window of ``max_length`` tokens, ``stride`` shared (``--train-windows``, the profile's
-    ``window_stride`` 0; :func:`bertlib.windows.encode_windows`), each labelled with its post's class; else each
+    ``window_stride`` 0; :func:`bertlib.data.windows.encode_windows`), each labelled with its post's class; else each
     post cut to ``max_length`` tokens, head + tail."""
     from bertlib.data.corpus import load_20newsgroups
     from bertlib.data.newsgroups import encode
@@ -70,7 +70,7 @@ def cpu_profile_batches(tokenizer, n_batches: int, batch_size: int, max_length: 
                         ) -> list[tuple[dict[str, torch.Tensor], torch.Tensor]]:
     """The first ``n_batches`` training batches of a ``cpu``-profile epoch, as ``(batch, labels)`` pairs: the
     sequences of :func:`cpu_profile_sequences` of enough posts for at least one bucket of ``bucket_batches``
-    batches (so the length sorting is the profile's), batched by :func:`bertlib.data.epoch_batches`. ``batch``
+    batches (so the length sorting is the profile's), batched by :func:`bertlib.data.batches.epoch_batches`. ``batch``
     holds ``(batch, seq)`` tensors; ``labels`` is ``(batch,)``."""
     n_posts = max(bucket_batches, n_batches) * batch_size
     seqs, labels = cpu_profile_sequences(tokenizer, n_posts, max_length, windows)
@@ -90,7 +90,7 @@ def padding_share(batches) -> float:
 
 def padding_shares(lengths, batch_size: int, seed: int = 0, bucket_batches: int = 50) -> dict[str, float]:
     """The padding share of sequences of these ``lengths`` batched as a trainer without buckets batches them
-    (shuffled, cut into batches) and as chapter 9's trainer does (:func:`bertlib.data.epoch_batches`):
+    (shuffled, cut into batches) and as chapter 9's trainer does (:func:`bertlib.data.batches.epoch_batches`):
     ``{"shuffled": ..., "bucketed": ...}``."""
     lengths = np.asarray(lengths)
 

@@ -8,9 +8,10 @@ raise :class:`EngineUnavailable` with a message saying what to install (``pip in
 - :func:`make_bertlib`: :func:`bertlib.bert_forward` (sdpa or padding-free) + the classifier layer;
 - :func:`make_compiled`: the same function under ``torch.compile`` (inductor on CPU, dynamic shapes);
 - :func:`make_int8`: the same function with every encoder ``Linear`` weight stored in int8
-  (:class:`~bertlib.fast_linear.Int8Linear`: PyTorch's dynamic quantization kernel, activations quantized per call);
+  (:class:`~bertlib.variants.fast_linear.Int8Linear`: PyTorch's dynamic quantization kernel, activations quantized per
+  call);
 - :func:`make_packed`: the same function (padding-free) with float32 weights prepacked for oneDNN and GELU applied
-  inside the feed-forward's first product (:class:`~bertlib.fast_linear.PackedLinear`);
+  inside the feed-forward's first product (:class:`~bertlib.variants.fast_linear.PackedLinear`);
 - :func:`make_onnx` / :func:`make_ort`: bertlib's forward exported to ONNX, run by ONNX Runtime, with or without
   its transformer optimizer (``onnxruntime.transformers.optimizer``: attention, LayerNorm and GELU fusion);
 - :func:`make_openvino`: the ONNX file compiled by OpenVINO for the CPU (float32);
@@ -209,8 +210,8 @@ class HFLogitsModule(nn.Module):
 def export_onnx(model, path: str | Path, opset: int = 18, *, hf_model=None) -> float:
     """bertlib's forward + the classifier layer as an ONNX graph at ``path`` (batch and length dynamic), with
     PyTorch's ``torch.export``-based exporter; returns the seconds it took. With ``hf_model`` (``model``'s
-    ``BertForSequenceClassification``, :func:`bertlib.export.to_hf_classifier`) the graph exported is Hugging Face's
-    instead, as ``optimum`` would export it (optimum-onnx itself needs transformers < 4.58)."""
+    ``BertForSequenceClassification``, :func:`bertlib.tasks.export.to_hf_classifier`) the graph exported is Hugging
+    Face's instead, as ``optimum`` would export it (optimum-onnx itself needs transformers < 4.58)."""
     require("onnx")
     require("onnxscript")
     if getattr(model.config, "is_decoder", False):

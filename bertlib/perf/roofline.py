@@ -169,7 +169,7 @@ def profile_layer_ops(fn, rounds: int = 3) -> dict[str, float]:
 
 def _stored_weight_gain(m: int, k: int, n: int, store, rounds: int) -> float:
     """How many times faster ``F.linear`` runs an ``(m, k) @ (k, n)`` product with the weight stored by ``store``
-    (:mod:`bertlib.fast_linear`) than as a plain float32 tensor: best time of ``rounds`` each."""
+    (:mod:`bertlib.variants.fast_linear`) than as a plain float32 tensor: best time of ``rounds`` each."""
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(m, k, generator=g), torch.randn(n, k, generator=g)
     stored = store(w)
@@ -179,8 +179,8 @@ def _stored_weight_gain(m: int, k: int, n: int, store, rounds: int) -> float:
 
 def int8_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
     """How many times faster an ``(m, k) @ (k, n)`` product runs with int8 weights (PyTorch's dynamic-quantization
-    kernel, activations quantized per call: :class:`bertlib.fast_linear.Int8Linear`) than in float32, at that shape:
-    best time of ``rounds`` each."""
+    kernel, activations quantized per call: :class:`bertlib.variants.fast_linear.Int8Linear`) than in float32, at that
+    shape: best time of ``rounds`` each."""
     from bertlib.variants.fast_linear import Int8Linear
 
     return _stored_weight_gain(m, k, n, lambda w: Int8Linear(w, None), rounds)
@@ -188,7 +188,7 @@ def int8_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
 
 def packed_gain(m: int, k: int, n: int, rounds: int = 5) -> float:
     """How many times faster an ``(m, k) @ (k, n)`` float32 product runs with its weight prepacked for oneDNN
-    (:class:`bertlib.fast_linear.PackedLinear`) than through a plain ``F.linear``, at that shape: best time of
+    (:class:`bertlib.variants.fast_linear.PackedLinear`) than through a plain ``F.linear``, at that shape: best time of
     ``rounds`` each. Appendix 14, *The engines people serve BERT with*."""
     from bertlib.variants.fast_linear import PackedLinear
 

@@ -24,7 +24,7 @@ from bertlib.model.runtime import normal_init, seeded_generator
 def module_tree(state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
     """Plain ``nn.Module`` containers nested by the dots of each key, so ``named_parameters()`` gives the same
     names back (``encoder.layer.0.attention.self.query.weight``...): trainable raw weights whose ``state_dict()``
-    has Hugging Face's names (:class:`BertClassifier`, :class:`bertlib.pretraining.BertPretrainingModel`)."""
+    has Hugging Face's names (:class:`BertClassifier`, :class:`bertlib.training.pretraining.BertPretrainingModel`)."""
     root = nn.Module()
     for name, tensor in state_dict.items():
         *path, leaf = name.split(".")

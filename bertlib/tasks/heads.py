@@ -117,7 +117,7 @@ def require_head(state_dict: Mapping[str, torch.Tensor], keys: tuple[str, ...], 
     if missing:
         raise ValueError(
             f"{hf_class}'s head reads {', '.join(missing)}, which the state dict lacks. Pass the encoder's and the "
-            f"head's weights in one dict, e.g. bertlib.heads.state_dict_from_hf({hf_class}(...)), or {{**sd, "
+            f"head's weights in one dict, e.g. bertlib.tasks.heads.state_dict_from_hf({hf_class}(...)), or {{**sd, "
             "**head_weights}} with the head's keys as Hugging Face names them (no 'bert.' prefix).")
 
 

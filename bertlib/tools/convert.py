@@ -319,7 +319,7 @@ def build_tiny(out_dir: str | Path, seed: int = 0) -> dict:
 
     vocab = tiny_vocab()
     config = tiny_config(len(vocab))
-    info = {"name": TINY, "source": "random (bertlib.convert.tiny_state_dict)", "seed": seed,
+    info = {"name": TINY, "source": "random (bertlib.tools.convert.tiny_state_dict)", "seed": seed,
             "made_by": "python -m bertlib.tools.convert tiny", "pooler": False}
     out = save_hf_dir(out_dir, tiny_state_dict(config, seed), config, info)
     (out / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")

@@ -137,7 +137,7 @@ def set_rng_state(state: dict, device: torch.device | None = None) -> None:
 def save_checkpoint(path: str | os.PathLike, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                     state: Any, cfg: Any, rng_ranks: list[dict]) -> None:
     """Everything a resume needs, in one safetensors file (:func:`save`): the weights, the optimiser's moments and
-    hyper-parameters, the schedule, the run's state (a dataclass, :class:`bertlib.finetune_state.TrainState`),
+    hyper-parameters, the schedule, the run's state (a dataclass, :class:`bertlib.training.finetune_state.TrainState`),
     the settings (``cfg.to_dict()``), and every rank's random states. Nothing in it is a pickle."""
     save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
           "state": dataclasses.asdict(state), "config": cfg.to_dict(), "rng_ranks": rng_ranks,

@@ -8,12 +8,13 @@ GPU*).
 
 Each process joins a process group (NCCL on CUDA, on ``cuda:LOCAL_RANK``; gloo on CPU, :func:`init_distributed`) and
 trains the model wrapped in :class:`~torch.nn.parallel.DistributedDataParallel`. The *global* batches are the
-single-process ones (:func:`bertlib.finetune.epoch_batches`); :func:`shard_batch` gives each rank a contiguous,
+single-process ones (:func:`bertlib.data.batches.epoch_batches`); :func:`shard_batch` gives each rank a contiguous,
 disjoint share of each, and each rank's loss is its share's summed cross-entropy times ``world_size / global_batch``
 (:func:`rank_share`) so that DDP's gradient average is exactly the gradient of the global batch's mean loss, even
 for a short last batch (a rank left with no post runs one with weight 0). ``batch_size`` must be a multiple of the
 number of processes. Evaluation runs whole length-sorted batches round-robin over the ranks and gathers the logits
-on every rank (:func:`bertlib.inference.predict_logits`; each batch is the one a single process runs). Only rank 0
+on every rank (:func:`bertlib.evaluation.inference.predict_logits`; each batch is the one a single process runs). Only
+rank 0
 writes ``metrics.json``, the checkpoints, the best weights and ``hf/``; every rank reads the checkpoint to resume, so
 ``OUT`` must be visible to all of them (always so on one machine). Rank 0 draws the dropout masks a single process
 would; the other ranks draw their own (:func:`rank_seed`), so with dropout on a DDP run matches a single-process one

@@ -12,29 +12,31 @@ learning rate (both from :mod:`bertlib.training.optimization`, shared with pre-t
 (train mode), bf16 autocast on CUDA, length-bucketed batches, head+tail truncation of long posts (Sun et al., 2019), a
 stratified validation split held out of the training posts, evaluation after every epoch, and the best epoch's
 weights kept (:func:`train`). With ``--eval-windows`` validation and test score whole posts instead of truncated
-ones: overlapping windows whose logits are pooled (:mod:`bertlib.windows`); with ``--train-windows`` training reads
+ones: overlapping windows whose logits are pooled (:mod:`bertlib.data.windows`); with ``--train-windows`` training reads
 every window too (each labelled with its post's class); ``--tfidf-ensemble`` adds the TF-IDF baselines and their
-ensemble with the model (:mod:`bertlib.ensemble`). ``metrics.json`` holds the error analysis (:func:`error_analysis`).
+ensemble with the model (:mod:`bertlib.evaluation.ensemble`). ``metrics.json`` holds the error analysis
+(:func:`error_analysis`).
 The pieces, in the order a run uses them: :class:`FinetuneConfig` (every setting, once; the command line is
 generated from it), :func:`load_data`, :func:`encode`, :func:`make_optimizer`, :func:`epoch_batches`,
 :func:`train_step`, :func:`train_epoch`, :func:`evaluate`, :func:`save_checkpoint` / :func:`load_checkpoint`.
 
 Writes ``OUT/metrics.json``, ``OUT/model.safetensors`` (the best weights, ``BertForSequenceClassification``
-names), ``OUT/hf/`` (the model in Hugging Face format, see :func:`bertlib.export.export_hf`) and
+names), ``OUT/hf/`` (the model in Hugging Face format, see :func:`bertlib.tasks.export.export_hf`) and
 ``OUT/checkpoint.safetensors``. **Resuming**: a run interrupted for any reason continues from the checkpoint when
 started again with the same ``--out``; the data order is a pure function of ``(seed, epoch)`` and the random
 states are restored, so the resumed run ends with the same metrics as an uninterrupted one (bit for bit on CPU).
-The checkpoint holds tensors and JSON only (:mod:`bertlib.checkpoint`): resuming never unpickles, so it cannot run
-code from the file; a pickled ``checkpoint.pt`` of an older version is refused.
+The checkpoint holds tensors and JSON only (:mod:`bertlib.training.checkpoint`): resuming never unpickles, so it cannot
+run code from the file; a pickled ``checkpoint.pt`` of an older version is refused.
 
 **More than one GPU**: the same command runs under ``torchrun`` or ``accelerate launch``
 (``torchrun --nproc_per_node=4 -m bertlib.training.finetune --profile full --out runs/full-ddp``): see
-:mod:`bertlib.distributed`. The run's parts live in their own modules, and every name chapter 9 uses is
-available here too: the settings and the command line (:mod:`bertlib.finetune_config`), the posts and their
-token ids (:mod:`bertlib.newsgroups`), batches (:mod:`bertlib.data`), predictions and scores
-(:mod:`bertlib.inference`), processes (:mod:`bertlib.distributed`), the checkpoint files (:mod:`bertlib.checkpoint`),
-the run's state (:mod:`bertlib.finetune_state`) and its report (:mod:`bertlib.finetune_report`). This module is the
-trainer that puts them together, and the command's entry point.
+:mod:`bertlib.training.distributed`. The run's parts live in their own modules, and every name chapter 9 uses is
+available here too: the settings and the command line (:mod:`bertlib.training.finetune_config`), the posts and their
+token ids (:mod:`bertlib.data.newsgroups`), batches (:mod:`bertlib.data`), predictions and scores
+(:mod:`bertlib.evaluation.inference`), processes (:mod:`bertlib.training.distributed`), the checkpoint files
+(:mod:`bertlib.training.checkpoint`),
+the run's state (:mod:`bertlib.training.finetune_state`) and its report (:mod:`bertlib.training.finetune_report`). This
+module is the trainer that puts them together, and the command's entry point.
 """
 
 from __future__ import annotations
@@ -110,8 +112,8 @@ def build_model(cfg: FinetuneConfig, pretrained: Pretrained, num_labels: int, de
 
 
 def make_optimizer(model: BertClassifier, cfg: FinetuneConfig) -> torch.optim.AdamW:
-    """AdamW (:func:`bertlib.optimization.adamw`): ``cfg.weight_decay`` on all but biases and LayerNorm weights,
-    the encoder at ``cfg.lr``, the new ``classifier.*`` layer at ``cfg.head_lr``."""
+    """AdamW (:func:`bertlib.training.optimization.adamw`): ``cfg.weight_decay`` on all but biases and LayerNorm
+    weights, the encoder at ``cfg.lr``, the new ``classifier.*`` layer at ``cfg.head_lr``."""
     return adamw(model, cfg.lr, cfg.weight_decay, head_prefix="classifier.", head_lr=cfg.head_lr)
 
 
@@ -125,7 +127,8 @@ def train_step(model: torch.nn.Module, batch: dict[str, torch.Tensor], labels: t
                optimizer: torch.optim.Optimizer, scheduler=None, *, max_grad_norm: float | None = 1.0,
                loss_weight: float | None = None) -> torch.Tensor:
     """One optimiser step: forward in train mode (bf16 autocast on CUDA) → cross-entropy → backward → clip the
-    gradient norm → AdamW step → schedule step → zero the gradients (:func:`bertlib.optimization.optimizer_step`).
+    gradient norm → AdamW step → schedule step → zero the gradients
+    (:func:`bertlib.training.optimization.optimizer_step`).
 
     ``batch``: :func:`collate`'s ``(batch, seq)`` tensors; ``labels``: ``(batch,)`` class indices. The loss is the
     batch's mean cross-entropy, or with ``loss_weight`` (a DDP rank's share, :func:`rank_share`) its *summed*

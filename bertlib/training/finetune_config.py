@@ -47,8 +47,8 @@ class FinetuneConfig:
     truncation: Literal["head", "head_tail"] = _arg("long posts: the first tokens only, or head+tail (Sun et al. "
                                                     "2019)", "head_tail")
     eval_windows: bool = _arg("validate and test on whole posts: windows of max_length tokens overlapping by "
-                              "window_stride, their logits pooled by window_pool (bertlib.windows); training still "
-                              "truncates", False)
+                              "window_stride, their logits pooled by window_pool (bertlib.data.windows); training "
+                              "still truncates", False)
     window_stride: int = _arg("with eval_windows: tokens shared by consecutive windows of a post (Hugging Face's "
                               "stride), in [0, max_length - 2)", POSTS["quick"]["window_stride"])
     window_pool: Literal["mean", "max"] = _arg("with eval_windows: how a post's window logits are combined", "mean")
@@ -56,7 +56,7 @@ class FinetuneConfig:
                                "apart), labelled with its post's class", False)
     tfidf_ensemble: bool = _arg("also fit TF-IDF baselines on the training posts and average their probabilities "
                                 "with the model's (features, C, the SVM's temperature, the weight and the baseline "
-                                "chosen on validation; bertlib.ensemble)", False)
+                                "chosen on validation; bertlib.evaluation.ensemble)", False)
     epochs: int = _arg("passes over the training posts", 4)
     max_steps: int | None = _arg("stop (and evaluate) after this many optimizer steps in all", None)
     batch_size: int = _arg("the global batch; under DDP split over the processes (a multiple of their number)", 16)
@@ -174,7 +174,7 @@ class CommandArgs:
 
 #: ``--help``'s first lines.
 DESCRIPTION = ("Fine-tune bertlib's BertClassifier on 20 Newsgroups (chapter 9). Every option below is a field of "
-               "bertlib.finetune.FinetuneConfig; the defaults shown are those of the chosen --profile.")
+               "bertlib.training.finetune_config.FinetuneConfig; the defaults shown are those of the chosen --profile.")
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[FinetuneConfig, CommandArgs]:

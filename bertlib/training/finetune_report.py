@@ -57,9 +57,10 @@ def finish(run: Run, export: bool) -> FinetuneResult:
 
 def error_analysis(run: Run, test_logits: torch.Tensor) -> dict:
     """For ``metrics.json``: the test confusion matrix (counts, rows the true class), accuracy by post length
-    (:func:`bertlib.ensemble.accuracy_by_length`); with ``eval_windows`` the same weights' scores on truncated
+    (:func:`bertlib.evaluation.ensemble.accuracy_by_length`); with ``eval_windows`` the same weights' scores on
+    truncated
     posts (``"truncated"``, validation and test); with ``tfidf_ensemble`` the TF-IDF baselines and the ensemble
-    (:func:`bertlib.ensemble.ensemble_report`; it needs the best weights' validation logits too)."""
+    (:func:`bertlib.evaluation.ensemble.ensemble_report`; it needs the best weights' validation logits too)."""
     from sklearn.metrics import confusion_matrix
 
     d = run.data

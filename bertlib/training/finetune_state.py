@@ -1,6 +1,6 @@
 """Where a fine-tuning run stands (chapter 9): :class:`TrainState`, saved in every checkpoint and restored on
-resume; :class:`Run`, everything one call of :func:`bertlib.finetune.train` works with; and :class:`FinetuneResult`,
-what it returns."""
+resume; :class:`Run`, everything one call of :func:`bertlib.training.finetune.train` works with; and
+:class:`FinetuneResult`, what it returns."""
 
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ Devlin et al. (2019) pre-train BERT with two objectives at once: predict 15% of 
 (MLM), and predict whether segment B followed segment A in the text (NSP). This module has the model and its
 training, named as in Hugging Face's ``BertForPreTraining``: the sinusoidal position encoding of Vaswani et al.
 (2017) for contrast with BERT's learned table, a freshly initialised BERT, the two heads (their math is
-:mod:`bertlib.heads`', shared with chapter 15) and their summed loss, and a small trainer built on
+:mod:`bertlib.tasks.heads`', shared with chapter 15) and their summed loss, and a small trainer built on
 :func:`bertlib.bert_forward`. What it reads (a word vocabulary, the masking rule, NSP pairs, tokenized pairs and
-batches) is :mod:`bertlib.pretraining_data`; every name of both is available here.
+batches) is :mod:`bertlib.data.pretraining_data`; every name of both is available here.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from bertlib.tasks.classifier import module_tree
 from bertlib.tasks.heads import mlm_logits, nsp_logits, pretraining_head_shapes
 from bertlib.training.optimization import adamw, optimizer_step, schedule
 
-# The names chapter 11 reads as bertlib.pretraining.X, defined in bertlib.pretraining_data and bertlib.heads.
 __all__ = [
     "PRETRAIN_ADAM_EPS", "BertPretrainingModel", "PreTrainingOutput", "TrainingHistory", "bert_for_pretraining",
     "evaluate", "init_state_dict", "optimizer_and_schedule", "pretrain", "pretraining_loss",
@@ -201,7 +200,7 @@ class TrainingHistory:
 
 
 #: Adam's epsilon for pre-training: BERT's own (Devlin et al.'s ``optimization.py``); fine-tuning keeps
-#: Hugging Face's 1e-8 (:func:`bertlib.optimization.adamw`).
+#: Hugging Face's 1e-8 (:func:`bertlib.training.optimization.adamw`).
 PRETRAIN_ADAM_EPS = 1e-6
 
 
@@ -209,7 +208,8 @@ def train_step(model: BertPretrainingModel, batch: Mapping[str, torch.Tensor], o
                scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, *,
                max_grad_norm: float | None = 1.0) -> PreTrainingOutput:
     """One MLM + NSP step on ``batch`` (from :func:`sample_batch`): forward with the MLM head at the masked
-    positions only, the summed loss, backward, then :func:`bertlib.optimization.optimizer_step` (clip the gradient
+    positions only, the summed loss, backward, then :func:`bertlib.training.optimization.optimizer_step` (clip the
+    gradient
     norm to ``max_grad_norm``, AdamW step, schedule step, zero the gradients). Returns the forward's output (losses
     included, detached). Defined in chapter 11, *Pre-training*."""
     out = model(**batch, masked_only=True)
@@ -222,9 +222,9 @@ def train_step(model: BertPretrainingModel, batch: Mapping[str, torch.Tensor], o
 
 def optimizer_and_schedule(model: BertPretrainingModel, *, steps: int, lr: float, warmup: float = 0.1,
                            weight_decay: float = 0.01) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
-    """What :func:`pretrain` trains with: AdamW (:func:`bertlib.optimization.adamw`; ``weight_decay`` on all but
-    biases and LayerNorm weights, epsilon :data:`PRETRAIN_ADAM_EPS`) and a linear warm-up over the first ``warmup``
-    fraction of the ``steps``, then linear decay to 0 (:func:`bertlib.optimization.schedule`)."""
+    """What :func:`pretrain` trains with: AdamW (:func:`bertlib.training.optimization.adamw`; ``weight_decay`` on all
+    but biases and LayerNorm weights, epsilon :data:`PRETRAIN_ADAM_EPS`) and a linear warm-up over the first ``warmup``
+    fraction of the ``steps``, then linear decay to 0 (:func:`bertlib.training.optimization.schedule`)."""
     optimizer = adamw(model, lr, weight_decay, eps=PRETRAIN_ADAM_EPS)
     return optimizer, schedule(optimizer, steps, warmup)
 
@@ -247,7 +247,7 @@ def pretrain(
     """Train ``model`` on MLM + NSP for ``steps`` steps (or until ``max_seconds`` have passed).
 
     Each step is :func:`train_step` (gradient norm clipped at 1) on a fresh :func:`sample_batch` of ``batch_size``
-    pairs, with :func:`optimizer_and_schedule`: the book's one recipe (:mod:`bertlib.optimization`), AdamW with
+    pairs, with :func:`optimizer_and_schedule`: the book's one recipe (:mod:`bertlib.training.optimization`), AdamW with
     ``weight_decay`` on all but biases and LayerNorm weights and a linear warm-up over the first ``warmup``
     fraction of the steps, then linear decay to 0. Defined in chapter 11, *Pre-training*.
     """

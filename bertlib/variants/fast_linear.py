@@ -8,7 +8,7 @@ an operation), so bertlib's own forward pass runs unchanged around it:
 - :class:`PackedLinear` (:func:`pack_weights`): float32 weights reordered once for oneDNN, GELU applied inside the
   feed-forward's first product.
 
-:mod:`bertlib.engines` wraps each in an engine (``make_int8``, ``make_packed``).
+:mod:`bertlib.perf.engines` wraps each in an engine (``make_int8``, ``make_packed``).
 """
 
 from __future__ import annotations

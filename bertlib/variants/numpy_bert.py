@@ -79,7 +79,7 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
-#: ``config.hidden_act`` → NumPy function (the same names as :data:`bertlib.layer.ACTIVATIONS`).
+#: ``config.hidden_act`` → NumPy function (the same names as :data:`bertlib.model.layer.ACTIVATIONS`).
 ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "gelu": gelu,
     "gelu_new": gelu_tanh,
