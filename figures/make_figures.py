@@ -397,11 +397,11 @@ def pipeline_stages() -> Svg:
     svg.text(360, 20, 'pipe("some post")  →  [{"label": "sci.space", "score": 0.93}]', "code", anchor="middle")
     stages = [
         ("1. preprocess", ("tokenizer: add [CLS], [SEP]", "no truncation unless asked"),
-         "(1, seq) ids, segments, mask", "pipe.preprocess", "bertlib.tasks.pipeline.preprocess"),
+         "(1, seq) ids, segments, mask", "pipe.preprocess", "tasks.pipeline.preprocess"),
         ("2. _forward", ("model.eval()", "torch.no_grad()"), "(1, num_labels) logits",
-         "pipe.forward", "bertlib.tasks.pipeline.forward"),
+         "pipe.forward", "tasks.pipeline.forward"),
         ("3. postprocess", ("softmax (or sigmoid)", "top label and its score"), '{"label": ..., "score": ...}',
-         "pipe.postprocess", "bertlib.tasks.pipeline.postprocess"),
+         "pipe.postprocess", "tasks.pipeline.postprocess"),
     ]
     w, gap, y = 220, 20, 48
     for i, (name, what, out, theirs, ours) in enumerate(stages):
@@ -459,8 +459,8 @@ def mlm_nsp_input() -> Svg:
     svg.text(x0 + 2 * cw + 23, 250, "80%: [MASK]", "tag", anchor="middle")
     svg.text(x0 + 6 * cw + 23, 250, "10%: random", "tag", anchor="middle")
     svg.text(x0 + 9 * cw + 23, 250, "10%: kept", "tag", anchor="middle")
-    svg.text(10, 276, "bertlib.data.pretraining_data.mask_tokens chooses about 15% of the non-special tokens; the MLM "
-             "loss sees only them.", "small")
+    svg.text(10, 276, "bertlib.data.pretraining_data.mask_tokens picks ~15% of the non-special tokens; the MLM loss "
+             "sees only them.", "small")
     svg.text(10, 296, "Here 3 of the 9 are chosen, exaggerated so that all three cases show (mlm_logits scores "
              "them).", "small")
     svg.text(10, 316, "NSP label: IsNext / NotNext (nsp_pairs), predicted from the pooled [CLS] vector by "
