@@ -274,6 +274,22 @@ def test_import_bertlib_loads_only_the_forward_pass():
     assert out.stdout.split("\n")[:2] == ["[]", "['model']"], out.stdout + out.stderr
 
 
+def test_each_command_is_installed_and_runs_as_a_module():
+    """The five commands of ``[project.scripts]`` name a function that exists, in a module that also runs as
+    ``python -m`` (it ends in ``if __name__ == "__main__":``), and the README names each command."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(scripts) == {"bertlib-finetune", "bertlib-features", "bertlib-bench", "bertlib-fidelity",
+                            "bertlib-convert"}
+    readme = (ROOT / "README.md").read_text()
+    for command, target in scripts.items():
+        module, function = target.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
+        assert 'if __name__ == "__main__":' in modules()[module].read_text(), f"python -m {module} does nothing"
+        assert command in readme, f"README.md does not name {command}"
+
+
 if __name__ == "__main__":
     order = layers()
     for name, deps in sorted(graph().items(), key=lambda kv: (layer_of(kv[0], order), kv[0])):
