@@ -92,7 +92,7 @@ def exercises(cells: list) -> list[Exercise]:
 
 def _learner_code(ex: Exercise, stage: str) -> str:
     args = ", ".join(json.dumps(v) for v in (ex.exercise, stage, ex.check_source))
-    return (f"__import__('bertlib.course.exercises').exercises.learner_mode({args}, {ex.answers!r}, globals())"
+    return (f"__import__('bertlib.course.exercises').course.exercises.learner_mode({args}, {ex.answers!r}, globals())"
             "  # learner mode (tests/nbval_learner.py)\n")
 
 

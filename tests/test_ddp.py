@@ -162,7 +162,7 @@ def test_two_processes_match_one(runs, pretrained):
     assert rel < TOL["update_rel"], f"the encoder's update differs by {rel:.1e} of its norm"
 
     # logits of both models on the validation and test posts, computed here in one process
-    data = newsgroups.load_data(**profile_config("quick", **SETTING_CFG).posts())
+    data = newsgroups.load_data(profile_config("quick", **SETTING_CFG))
     seqs = newsgroups.encode(pretrained.tokenizer, data.val.texts + data.test.texts, 64)
     logits = []
     for w in (wa, wb):

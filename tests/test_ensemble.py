@@ -145,7 +145,7 @@ def test_train_windows_trains_on_every_window_with_its_posts_label(tiny_pretrain
     texts, labels, names = _generated()
     cfg = profile_config("quick", train_size=None, test_size=None, max_length=16, epochs=1, batch_size=8,
                             dropout=0.0, device="cpu", train_windows=True, window_stride=4)
-    data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], names, **cfg.posts())
+    data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
     run = ft._setup(cfg, tmp_path / "setup", torch.device("cpu"), distributed.Distributed(), 0.0, data=data,
                     pretrained=pretrained, archive=None, verbose=False)
     windows, post_index = win.encode_windows(pretrained.tokenizer, data.train.texts, 16, 4)
@@ -163,7 +163,7 @@ def test_metrics_hold_the_error_analysis_and_the_ensemble(tiny_pretrained, tmp_p
     texts, labels, names = _generated()
     cfg = profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=2, batch_size=8,
                             device="cpu", eval_windows=True, window_stride=4, tfidf_ensemble=True)
-    data = newsgroups.split_data(texts, labels, texts[:24], labels[:24], names, **cfg.posts())
+    data = newsgroups.split_data(texts, labels, texts[:24], labels[:24], names, cfg)
     m = ft.train(cfg, tmp_path, data=data, pretrained=pretrained, export=False, verbose=False).metrics
     cm = np.array(m["confusion_matrix"])
     assert cm.shape == (4, 4) and cm.sum() == 24 and np.trace(cm) / 24 == pytest.approx(m["accuracy"], abs=1e-12)

@@ -90,7 +90,7 @@ def runs(tmp_path_factory, tiny_args) -> dict[str, Path | str]:
 
 @pytest.fixture(scope="module")
 def tiny_data() -> newsgroups.NewsData:
-    return newsgroups.load_data(**profile_config("quick", **TINY_CFG).posts())
+    return newsgroups.load_data(profile_config("quick", **TINY_CFG))
 
 
 @needs_data
@@ -309,7 +309,7 @@ def test_training_learns_four_classes(pretrained, tmp_path):
     2 threads: seed 0 0.6625 at 1 and 2). Chance is 0.25; the bound 0.45 leaves 0.14 below the worst seed."""
     cfg = profile_config("quick", train_size=88, test_size=80, max_length=64, max_steps=15, epochs=100, seed=3,
                             data_seed=3, checkpoint_every=1000, device="cpu")
-    data = newsgroups.split_data(*_four_classes("train"), *_four_classes("test"), FOUR, **cfg.posts())
+    data = newsgroups.split_data(*_four_classes("train"), *_four_classes("test"), FOUR, cfg)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -396,7 +396,7 @@ def test_train_refuses_an_old_pickled_checkpoint(tmp_path, tiny_pretrained):
     texts = [f"post number {i} about topic {i % 20}" for i in range(60)]
     labels = np.arange(60) % 20
     cfg = profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1, device="cpu")
-    data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], [f"c{i}" for i in range(20)], **cfg.posts())
+    data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], [f"c{i}" for i in range(20)], cfg)
     with pytest.raises(ValueError, match="pickled checkpoint"):
         ft.train(cfg, tmp_path, data=data, pretrained=tiny_pretrained, export=False, verbose=False)
     assert not marker.exists()
@@ -532,7 +532,7 @@ def test_max_steps_caps_the_run_and_none_means_the_epochs(tiny_pretrained, tmp_p
                   checkpoint_every=1000)
     for max_steps in (1, None):
         cfg = profile_config("quick", **common, max_steps=max_steps)
-        data = newsgroups.split_data(texts, labels, texts[:8], labels[:8], ["a", "b", "c", "d"], **cfg.posts())
+        data = newsgroups.split_data(texts, labels, texts[:8], labels[:8], ["a", "b", "c", "d"], cfg)
         result = ft.train(cfg, tmp_path / str(max_steps), data=data, pretrained=tiny_pretrained, export=False,
                           verbose=False)
         one_epoch = -(-len(data.train) // 8)  # 43 training posts (5 held out) in batches of 8: 6 steps

@@ -203,7 +203,7 @@ def test_train_with_eval_windows_scores_whole_posts(tiny_pretrained, tmp_path):
     for windows in (False, True):
         cfg = profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1, batch_size=8,
                                 dropout=0.0, device="cpu", eval_windows=windows, window_stride=4, window_pool="max")
-        data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], names, **cfg.posts())
+        data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
         results[windows] = ft.train(cfg, tmp_path / str(windows), data=data, pretrained=tiny_pretrained,
                                     export=False, verbose=False)
     plain, whole = results[False], results[True]

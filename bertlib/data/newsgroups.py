@@ -1,7 +1,7 @@
 """The 20 Newsgroups task of chapter 9: the posts of a run and how they become token ids.
 
 :func:`load_data` draws a run's training, validation and test posts (:class:`NewsData`) as a pure function of its
-``seed``: stratified subsets, and a stratified validation split held out of the training posts
+:class:`Selection`'s ``data_seed``: stratified subsets, and a stratified validation split held out of the training posts
 (:func:`split_data`). :func:`encode` turns a post into ``[CLS] ... [SEP]`` ids of at most ``max_length``, keeping
 its head and tail (:func:`truncate`, Sun et al. 2019); whole posts in windows are :mod:`bertlib.data.windows`.
 :data:`POSTS` says which posts each profile reads; fine-tuning and the frozen-features command start from it.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -67,20 +68,31 @@ def stratified(labels: np.ndarray, size: int | None, seed: int) -> np.ndarray:
     return np.sort(keep)
 
 
-def split_data(texts, labels, test_texts, test_labels, label_names, *, train_size: int | None,
-               test_size: int | None, seed: int, val_fraction: float = VAL_FRACTION,
+class Selection(Protocol):
+    """Which posts a run reads: ``train_size`` training posts (None: all), of which ``val_fraction`` are held out for
+    validation, and ``test_size`` test posts (None: all), every draw stratified with ``data_seed``. The settings of
+    fine-tuning (:class:`bertlib.training.finetune_config.FinetuneConfig`) and of the frozen features
+    (:class:`bertlib.evaluation.features.FeaturesConfig`) are selections; so is any object with these four fields."""
+
+    train_size: int | None
+    test_size: int | None
+    val_fraction: float
+    data_seed: int
+
+
+def split_data(texts, labels, test_texts, test_labels, label_names, selection: Selection,
                remove: tuple[str, ...] = ()) -> NewsData:
-    """Subsets and the validation split, as a pure function of ``seed`` (see :func:`load_data`)."""
+    """Subsets and the validation split, as a pure function of ``selection.data_seed`` (see :func:`load_data`)."""
     from sklearn.model_selection import train_test_split
 
     labels, test_labels = np.asarray(labels), np.asarray(test_labels)
     n_classes = len(label_names)
-    chosen = stratified(labels, train_size, seed)
-    n_val = max(n_classes, round(val_fraction * len(chosen)))  # stratifying needs one post per class
-    train_idx, val_idx = train_test_split(chosen, test_size=n_val, stratify=labels[chosen],
-                                          random_state=seed)
+    seed = selection.data_seed
+    chosen = stratified(labels, selection.train_size, seed)
+    n_val = max(n_classes, round(selection.val_fraction * len(chosen)))  # stratifying needs one post per class
+    train_idx, val_idx = train_test_split(chosen, test_size=n_val, stratify=labels[chosen], random_state=seed)
     train_idx, val_idx = np.sort(train_idx), np.sort(val_idx)
-    test_idx = stratified(test_labels, test_size, seed)
+    test_idx = stratified(test_labels, selection.test_size, seed)
 
     def take(t, y, idx):
         return Split([t[i] for i in idx], y[idx], idx)
@@ -89,17 +101,14 @@ def split_data(texts, labels, test_texts, test_labels, label_names, *, train_siz
                     take(test_texts, test_labels, test_idx), list(label_names), remove)
 
 
-def load_data(*, train_size: int | None, test_size: int | None, seed: int, val_fraction: float = VAL_FRACTION,
-              remove_headers: bool = False, archive: str | os.PathLike | None = None) -> NewsData:
-    """20 Newsgroups (``bydate``): ``remove=REMOVE`` when ``remove_headers``; a stratified subset of ``train_size``
-    training posts (all for ``None``) of which ``val_fraction`` is held out, stratified, for validation; a stratified
-    subset of ``test_size`` test posts. Every draw uses ``seed``; ``archive``: see
-    :func:`bertlib.data.corpus.load_20newsgroups`."""
+def load_data(selection: Selection, remove_headers: bool = False,
+              archive: str | os.PathLike | None = None) -> NewsData:
+    """20 Newsgroups (``bydate``): ``remove=REMOVE`` when ``remove_headers``; the posts ``selection`` draws (see
+    :class:`Selection`); ``archive``: see :func:`bertlib.data.corpus.load_20newsgroups`."""
     remove = REMOVE if remove_headers else ()
     train = load_20newsgroups("train", remove=remove, archive=archive)
     test = load_20newsgroups("test", remove=remove, archive=archive)
-    return split_data(train.data, train.target, test.data, test.target, train.target_names, train_size=train_size,
-                      test_size=test_size, seed=seed, val_fraction=val_fraction, remove=remove)
+    return split_data(train.data, train.target, test.data, test.target, train.target_names, selection, remove)
 
 
 def head_tokens(max_length: int) -> int:

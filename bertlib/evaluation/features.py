@@ -128,8 +128,9 @@ def _arg(help: str, default=dataclasses.MISSING, **kwargs):
 
 @dataclass(frozen=True)
 class FeaturesConfig:
-    """The settings of ``bertlib-features``: which posts (a profile's, :data:`bertlib.data.newsgroups.POSTS`), how
-    each is read, and the model. The defaults are the ``quick`` profile's; ``--profile`` sets the others."""
+    """The settings of ``bertlib-features``: which posts (a profile's, :data:`bertlib.data.newsgroups.POSTS`; a
+    :class:`~bertlib.data.newsgroups.Selection`), how each is read, and the model. The defaults are the ``quick``
+    profile's; ``--profile`` sets the others."""
 
     out: str = _arg("output directory (OUT/metrics.json)")
     profile: Literal["quick", "cpu", "full"] = _arg("the posts of bertlib-finetune's profile of this name (unset: "
@@ -149,12 +150,6 @@ class FeaturesConfig:
     device: str | None = _arg("cpu or cuda (None: bertlib.get_device())", None)
     archive: str | None = _arg("20news-bydate.tar.gz (None: $BERTLIB_20NG_ARCHIVE)", None)
 
-    def posts(self) -> dict:
-        """The settings that draw the posts, as :func:`bertlib.data.newsgroups.load_data` takes them."""
-        sizes = (None, None) if self.all_data else (self.train_size, self.test_size)
-        return dict(train_size=sizes[0], test_size=sizes[1], seed=self.data_seed, val_fraction=self.val_fraction,
-                    remove_headers=self.remove_headers, archive=self.archive)
-
 
 def parse_args(argv: list[str] | None = None) -> FeaturesConfig:
     """The command line → :class:`FeaturesConfig`; the chosen profile's posts are the defaults (``--help`` shows
@@ -172,7 +167,7 @@ def parse_args(argv: list[str] | None = None) -> FeaturesConfig:
         (cfg,) = parser.parse_args_into_dataclasses(argv, look_for_args_file=False)
     except ValueError as err:  # an option this command does not have (e.g. fine-tuning's --epochs)
         parser.error(str(err))
-    return cfg
+    return dataclasses.replace(cfg, train_size=None, test_size=None) if cfg.all_data else cfg
 
 
 def evaluate_frozen(pretrained: Pretrained, data: NewsData, cfg: FeaturesConfig,
@@ -209,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device(cfg.device) if cfg.device else get_device()
     t0 = time.perf_counter()
-    data = load_data(**cfg.posts())
+    data = load_data(cfg, cfg.remove_headers, cfg.archive)
     pretrained = load_pretrained(cfg.model, device=device)
     print(f"[features] profile {cfg.profile} remove_headers={cfg.remove_headers} train={len(data.train)} "
           f"val={len(data.val)} test={len(data.test)} max_length={cfg.max_length} stride={cfg.window_stride}",

@@ -110,12 +110,6 @@ class FinetuneConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def posts(self) -> dict:
-        """The settings that draw the posts, as :func:`bertlib.data.newsgroups.load_data` and
-        :func:`~bertlib.data.newsgroups.split_data` take them."""
-        return dict(train_size=self.train_size, test_size=self.test_size, seed=self.data_seed,
-                    val_fraction=self.val_fraction)
-
 
 #: What each profile changes from :class:`FinetuneConfig`'s defaults (which are ``quick``: CPU in CI, a stratified
 #: subset, short sequences). ``full``: a GPU, all 11,314 training posts (10% held out for validation), all 7,532 test
