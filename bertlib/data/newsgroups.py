@@ -101,7 +101,7 @@ def split_data(texts, labels, test_texts, test_labels, label_names, selection: S
                     take(test_texts, test_labels, test_idx), list(label_names), remove)
 
 
-def load_data(selection: Selection, remove_headers: bool = False,
+def load_data(selection: Selection, *, remove_headers: bool = False,
               archive: str | os.PathLike | None = None) -> NewsData:
     """20 Newsgroups (``bydate``): ``remove=REMOVE`` when ``remove_headers``; the posts ``selection`` draws (see
     :class:`Selection`); ``archive``: see :func:`bertlib.data.corpus.load_20newsgroups`."""

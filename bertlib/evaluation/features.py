@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     device = torch.device(cfg.device) if cfg.device else get_device()
     t0 = time.perf_counter()
-    data = load_data(cfg, cfg.remove_headers, cfg.archive)
+    data = load_data(cfg, remove_headers=cfg.remove_headers, archive=cfg.archive)
     pretrained = load_pretrained(cfg.model, device=device)
     print(f"[features] profile {cfg.profile} remove_headers={cfg.remove_headers} train={len(data.train)} "
           f"val={len(data.val)} test={len(data.test)} max_length={cfg.max_length} stride={cfg.window_stride}",

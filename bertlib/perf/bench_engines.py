@@ -57,7 +57,7 @@ def workload_classifier(pt: Pretrained, device: torch.device, max_steps: int | N
     out = Path(out_dir or BENCH_DIR) / tag
     cfg = finetune_config.profile_config("quick", max_steps=max_steps, seed=seed, data_seed=seed, test_size=20,
                                          device=str(device))
-    data = newsgroups.load_data(cfg, cfg.remove_headers)
+    data = newsgroups.load_data(cfg, remove_headers=cfg.remove_headers)
     t0 = time.perf_counter()
     trained_here = not (out / checkpoint.METRICS).exists()
     if trained_here:
@@ -86,7 +86,7 @@ def probe_classifier(pt: Pretrained, device: torch.device, n_train: int = 240, m
 
     t0 = time.perf_counter()
     cfg = finetune_config.profile_config("quick", train_size=n_train, seed=seed, data_seed=seed, test_size=20)
-    data = newsgroups.load_data(cfg, cfg.remove_headers)
+    data = newsgroups.load_data(cfg, remove_headers=cfg.remove_headers)
     texts = list(data.train.texts) + list(data.val.texts)
     labels = np.concatenate([data.train.labels, data.val.labels])
     seqs = newsgroups.encode(pt.tokenizer, texts, max_length, "head_tail")

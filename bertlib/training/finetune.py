@@ -215,7 +215,7 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     with ddp.main_first():  # rank 0 alone fills scikit-learn's cache from the archive, if it is empty
         pretrained = pretrained if pretrained is not None else load_pretrained(cfg.model)
         if data is None:
-            data = load_data(cfg, cfg.remove_headers, archive)
+            data = load_data(cfg, remove_headers=cfg.remove_headers, archive=archive)
     seqs = {split: encode(pretrained.tokenizer, getattr(data, split).texts, cfg.max_length, cfg.truncation)
             for split in ("train", "val", "test")}
     post_index = {}
