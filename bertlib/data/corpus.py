@@ -1,6 +1,6 @@
 """20 Newsgroups, online as scikit-learn fetches it, or offline from a local ``20news-bydate.tar.gz``; real
-sentences from it (:func:`example_sentences`); and texts into batches: the one padding collator of the book
-(:func:`pad_batch`, :func:`collate`) and length-sorted batches (:func:`length_sorted_batches`).
+sentences from it (:func:`example_sentences`); a post's token ids (:func:`body_ids`). Batches of ids:
+:mod:`bertlib.data.batches`.
 
 Offline, the archive fills scikit-learn's own cache (``<data_home>/20news-bydate_py3.pkz``, a zlib-compressed
 pickle of ``dict(train=load_files(...), test=load_files(...))``), so ``fetch_20newsgroups`` then works as usual.

@@ -16,7 +16,8 @@ import torch
 
 PROFILES = ("quick", "full")
 
-#: The label value cross-entropy ignores (PyTorch's ``ignore_index`` default, HF's convention).
+#: The label of a position no loss is computed on (PyTorch's ``ignore_index`` default, HF's convention): the
+#: unmasked tokens of MLM (chapter 11), the continuation sub-tokens of tagging (chapter 15b). Every layer reads it.
 IGNORE_INDEX = -100
 
 #: Tolerances the book asserts with, by (device type, dtype): ``dict(atol=..., rtol=...)``.
