@@ -3,7 +3,7 @@
 bertviz's ``head_view``, ``model_view`` and ``neuron_view`` (chapters 5 and 7) write HTML and JavaScript that load
 require.js, d3 and jQuery from cdnjs, so behind a firewall (a classroom, a plane) the views stay blank. The HTML book
 serves its own copies (``_ext/bertbook/offline.py``); in a live notebook (JupyterLab, ``make lab``)
-:func:`use_vendored_bertviz_assets`, which :func:`bertlib.setup` calls, registers IPython display formatters that
+:func:`use_vendored_bertviz_assets`, which :func:`bertlib.course.setup` calls, registers IPython display formatters that
 rewrite those outputs: require.js goes inline into the page, and d3 and jQuery become ``data:`` URLs in bertviz's
 ``require.config`` paths, read from ``node_modules/`` (``npm ci`` installs the versions pinned in
 ``package-lock.json``; ``make lab`` runs it). No request leaves the notebook server. Which files and which CDN

@@ -28,7 +28,8 @@ is taken within a round and then the median over rounds. Sections:
   ``torch.ops.quantized.linear_dynamic`` (the kernel of ``torch.ao.quantization.quantize_dynamic``): measured here
   faster than ``torch._int_mm`` with hand-written (de)quantization (89 vs 153 ms, fp32 368 ms, for a
   4096x384 by 384x1536 product on one loaded core).
-- **finetune**: training steps/s of ``bertlib.BertClassifier`` vs ``transformers.BertForSequenceClassification``
+- **finetune**: training steps/s of ``bertlib.tasks.classifier.BertClassifier`` vs
+``transformers.BertForSequenceClassification``
   with the same loop (AdamW, bf16 autocast on CUDA).
 - **training**: the fine-tuning step on the ``cpu`` profile's batches against ``transformers.Trainer`` itself:
   chapter 9's padded step, the padding-free step and (full) ``torch.compile``, in real tokens/s

@@ -10,7 +10,8 @@ interleaved round by round on the same batches (:func:`training_rows`):
 - ``hf Trainer``: ``transformers.Trainer.train`` itself on ``BertForSequenceClassification`` (SDPA, its default
   fused AdamW), the batches fed in order; each step timed from the end of the one before (a callback), so data
   loading, the forward and backward passes, clipping, the optimizer and the schedule all count;
-- ``bertlib, padded``: chapter 9's step on :class:`bertlib.BertClassifier` (SDPA, fused kernels, fused AdamW);
+- ``bertlib, padded``: chapter 9's step on :class:`bertlib.tasks.classifier.BertClassifier` (SDPA, fused kernels, fused
+AdamW);
 - ``bertlib, padding-free``: the same with ``attn_implementation="unpadded"``: only the real tokens pass through
   the dense layers, forward and backward (:mod:`bertlib.model.encoder`);
 - ``bertlib + torch.compile`` (``compile_=True``): the classifier's forward compiled by inductor; its backward is

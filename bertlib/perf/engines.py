@@ -1,6 +1,7 @@
 """The engines people serve BERT with, each wrapped around the same fine-tuned classifier (appendix 14, issue 29).
 
-Every ``make_*`` function takes an eval-mode :class:`~bertlib.BertClassifier` and returns a :class:`Engine`: a
+Every ``make_*`` function takes an eval-mode :class:`~bertlib.tasks.classifier.BertClassifier` and returns a
+:class:`Engine`: a
 callable ``(input_ids, attention_mask) -> logits`` (``(batch, seq)`` int64 tensors in, ``(batch, C)`` float32
 out) with the seconds its preparation took (export, conversion, compilation). Engines whose package is absent
 raise :class:`EngineUnavailable` with a message saying what to install (``pip install -e '.[bench]'``).
@@ -97,8 +98,8 @@ def _weights(model) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor
 
 def classifier_logits(sd, head_weight, head_bias, config, input_ids, attention_mask,
                       attn_implementation: str = "sdpa") -> torch.Tensor:
-    """``W · pooler(bert_forward(...)) + b``: what :class:`~bertlib.BertClassifier` computes in eval mode, with the
-    fast kernels (fused LayerNorm/GELU) and nothing kept but the outputs."""
+    """``W · pooler(bert_forward(...)) + b``: what :class:`~bertlib.tasks.classifier.BertClassifier` computes in eval
+    mode, with the fast kernels (fused LayerNorm/GELU) and nothing kept but the outputs."""
     out = bert_forward(sd, config, input_ids, attention_mask, attn_implementation=attn_implementation, fused=True,
                        **OUTPUTS_ONLY, check=False)
     return F.linear(out.pooler_output, head_weight, head_bias)

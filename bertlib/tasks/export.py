@@ -1,4 +1,4 @@
-"""Hand a fine-tuned :class:`~bertlib.BertClassifier` to Hugging Face (chapters 9 and 10).
+"""Hand a fine-tuned :class:`~bertlib.tasks.classifier.BertClassifier` to Hugging Face (chapters 9 and 10).
 
 :func:`export_hf` writes a directory that ``transformers.pipeline("text-classification", model=DIR)`` and
 ``BertForSequenceClassification.from_pretrained(DIR)`` load as they would any Hub model: ``config.json`` (a

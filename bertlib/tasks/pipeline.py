@@ -58,7 +58,8 @@ def preprocess(tokenizer, texts: str | Sequence[str], max_length: int | None = N
 def forward(classifier: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
     """The pipeline's ``_forward``: ``classifier(**batch)`` in eval mode without gradients, inputs moved to the
     classifier's device, the ``(batch, num_labels)`` float32 logits returned on the CPU. Accepts a
-    :class:`~bertlib.BertClassifier` (which returns logits) or a Hugging Face model (which returns an output with
+    :class:`~bertlib.tasks.classifier.BertClassifier` (which returns logits) or a Hugging Face model (which returns an
+    output with
     ``.logits``); the classifier's train/eval mode is restored. Defined in chapter 10, *What pipeline does*.
     """
     device = next(classifier.parameters()).device

@@ -99,7 +99,8 @@ __all__ = [
 
 
 def build_model(cfg: FinetuneConfig, pretrained: Pretrained, num_labels: int, device: torch.device) -> BertClassifier:
-    """:class:`~bertlib.BertClassifier` on the pretrained weights (float32, on ``device``), its new layer initialised
+    """:class:`~bertlib.tasks.classifier.BertClassifier` on the pretrained weights (float32, on ``device``), its new
+    layer initialised
     from ``cfg.seed``. With ``cfg.dropout`` set, the model trains with a copy of the config carrying that dropout;
     ``pretrained.config`` keeps the model's own values (exported). LayerNorm and GELU run fused (chapter 14)."""
     config = pretrained.config
@@ -160,7 +161,8 @@ def train(
     verbose: bool = True,
     command: str | None = None,
 ) -> FinetuneResult | None:
-    """Fine-tune :class:`~bertlib.BertClassifier` as ``cfg`` says, resuming from ``out_dir/checkpoint.safetensors``.
+    """Fine-tune :class:`~bertlib.tasks.classifier.BertClassifier` as ``cfg`` says, resuming from
+    ``out_dir/checkpoint.safetensors``.
 
     ``data`` (from :func:`load_data` or :func:`split_data`) and ``pretrained`` (from
     :func:`bertlib.load_pretrained`) may be passed in to reuse what is already loaded. ``stop_after_steps``
