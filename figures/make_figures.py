@@ -125,15 +125,16 @@ CHAPTER_TITLES = {2: "Embeddings", 3: "LayerNorm", 4: "Attention, one head", 5: 
 #: Which bertlib names each chapter's part is, for the caption and the "you are here" note.
 CHAPTER_NAMES = {2: "bertlib.embeddings", 3: "bertlib.layer_norm", 4: "bertlib.attention_head",
                  5: "bertlib.self_attention", 6: "bertlib.encoder_layer", 7: "bertlib.encoder",
-                 8: "bertlib.pooler, bertlib.BertClassifier"}
+                 8: "bertlib.pooler, bertlib.tasks.classifier.BertClassifier"}
 
 #: Every bertlib name a diagram shows (tests/test_figures.py checks that each one exists).
 BERTLIB_NAMES = (
     "embeddings", "layer_norm", "attention_head", "extended_attention_mask", "transpose_for_scores",
     "self_attention", "attention_output", "feed_forward", "encoder_layer", "encoder", "bert_forward", "pooler",
-    "BertClassifier", "head_slice", "pipeline.preprocess", "pipeline.forward", "pipeline.postprocess",
-    "pipeline.classify", "pretraining.mask_tokens", "pretraining.nsp_pairs", "pretraining.tokenize_pairs",
-    "pretraining.mlm_logits", "pretraining.nsp_logits", "windows.split_windows", "windows.pool_windows",
+    "tasks.classifier.BertClassifier", "head_slice", "tasks.pipeline.preprocess", "tasks.pipeline.forward",
+    "tasks.pipeline.postprocess", "tasks.pipeline.classify", "data.pretraining_data.mask_tokens",
+    "data.pretraining_data.nsp_pairs", "data.pretraining_data.tokenize_pairs", "tasks.heads.mlm_logits",
+    "tasks.heads.nsp_logits", "data.windows.split_windows", "data.windows.pool_windows",
 )
 
 
@@ -152,7 +153,8 @@ def architecture(chapter: int | None = None) -> Svg:
             "(bertlib.self_attention; one head is bertlib.attention_head), then dense, dropout, add and LayerNorm "
             "(bertlib.attention_output), then the feed-forward dense (to the intermediate width), GELU, dense "
             "(back to hidden), dropout, add and LayerNorm (bertlib.feed_forward). The pooler "
-            "(bertlib.pooler) turns the [CLS] vector into (batch, hidden); the task head (bertlib.BertClassifier) "
+            "(bertlib.pooler) turns the [CLS] vector into (batch, hidden); the task head "
+            "(bertlib.tasks.classifier.BertClassifier) "
             "gives (batch, num_labels) logits.").strip()
     W, L, R = 700, 60, 500          # canvas width; main column from L to R
     cx = (L + R) / 2
@@ -266,7 +268,7 @@ def architecture(chapter: int | None = None) -> Svg:
     shape(py + 60, "(batch, hidden)  pooler_output")
     th = mark("task_head", ty + 22)
     _box(svg, L, ty, R - L, 44, [("Task head: dropout → dense → logits", "title"),
-                                 ("bertlib.BertClassifier", "code")], here=th)
+                                 ("bertlib.tasks.classifier.BertClassifier", "code")], here=th)
     tag(ty + 26, "ch. 8-9")
     svg.line([(cx, ty + 44), (cx, ty + 70)])
     shape(ty + 60, "(batch, num_labels)  logits")
@@ -389,18 +391,18 @@ def pipeline_stages() -> Svg:
     svg = Svg(720, 300, "The three stages of a text-classification pipeline",
               "A text goes through preprocess (the tokenizer adds [CLS] and [SEP] and gives input_ids, "
               "token_type_ids and attention_mask of shape (1, seq); it does not truncate unless asked to, so "
-              "pass truncation=True for long texts; bertlib.pipeline.preprocess), then _forward (the model in "
-              "eval mode under no_grad: logits of shape (1, num_labels); bertlib.pipeline.forward), then "
-              "postprocess (softmax or sigmoid, the best label and its score; bertlib.pipeline.postprocess). "
-              "bertlib.pipeline.classify runs the three in batches.")
+              "pass truncation=True for long texts; bertlib.tasks.pipeline.preprocess), then _forward (the model in "
+              "eval mode under no_grad: logits of shape (1, num_labels); bertlib.tasks.pipeline.forward), then "
+              "postprocess (softmax or sigmoid, the best label and its score; bertlib.tasks.pipeline.postprocess). "
+              "bertlib.tasks.pipeline.classify runs the three in batches.")
     svg.text(360, 20, 'pipe("some post")  →  [{"label": "sci.space", "score": 0.93}]', "code", anchor="middle")
     stages = [
         ("1. preprocess", ("tokenizer: add [CLS], [SEP]", "no truncation unless asked"),
-         "(1, seq) ids, segments, mask", "pipe.preprocess", "bertlib.pipeline.preprocess"),
+         "(1, seq) ids, segments, mask", "pipe.preprocess", "tasks.pipeline.preprocess"),
         ("2. _forward", ("model.eval()", "torch.no_grad()"), "(1, num_labels) logits",
-         "pipe.forward", "bertlib.pipeline.forward"),
+         "pipe.forward", "tasks.pipeline.forward"),
         ("3. postprocess", ("softmax (or sigmoid)", "top label and its score"), '{"label": ..., "score": ...}',
-         "pipe.postprocess", "bertlib.pipeline.postprocess"),
+         "pipe.postprocess", "tasks.pipeline.postprocess"),
     ]
     w, gap, y = 220, 20, 48
     for i, (name, what, out, theirs, ours) in enumerate(stages):
@@ -410,7 +412,7 @@ def pipeline_stages() -> Svg:
         if i < len(stages) - 1:
             svg.line([(x + w, y + 75), (x + w + gap - 2, y + 75)])
     svg.line([(10, 222), (710, 222)], arrow=True)
-    svg.text(360, 244, "bertlib.pipeline.classify(classifier, tokenizer, texts, id2label): all three, in batches",
+    svg.text(360, 244, "bertlib.tasks.pipeline.classify(classifier, tokenizer, texts, id2label): all three, in batches",
              "code", anchor="middle")
     svg.text(360, 270, "Transformers' Pipeline.run_single calls the same three stages; chapter 10 proves each equal.",
              "small", anchor="middle")
@@ -428,12 +430,13 @@ def mlm_nsp_input() -> Svg:
     svg = Svg(700, 344, "A pre-training input: a sentence pair, masked tokens and the two targets",
               "Sentence A 'the cat sat on the mat' and sentence B 'it was warm' are packed as [CLS] A [SEP] B [SEP], "
               "with segment ids 0 for [CLS], A and the first [SEP], and 1 for B and the last [SEP], and positions 0 "
-              "to 11. Masking (bertlib.pretraining.mask_tokens) chooses about 15% of the non-special tokens; the "
+              "to 11. Masking (bertlib.data.pretraining_data.mask_tokens) chooses about 15% of the non-special "
+              "tokens; the "
               "picture chooses 3 of the 9, far more than 15%, so that each of the three cases shows: "
               "'cat' becomes [MASK] (80% of chosen tokens), 'mat' becomes a random token 'dog' (10%) and 'was' stays "
               "unchanged (10%). The MLM labels hold the original token at the chosen positions and -100 elsewhere. "
               "The NSP label says whether B really followed A (IsNext) or was drawn from another document "
-              "(NotNext); it is predicted from the pooled [CLS] vector (bertlib.pretraining.nsp_logits).")
+              "(NotNext); it is predicted from the pooled [CLS] vector (bertlib.tasks.heads.nsp_logits).")
     x0, cw = 112, 48
     rows = [("tokens", tokens), ("segment ids", [str(s) for s in segments]),
             ("positions", [str(i) for i in range(len(tokens))]), ("after masking", masked), ("MLM labels", labels)]
@@ -457,8 +460,8 @@ def mlm_nsp_input() -> Svg:
     svg.text(x0 + 2 * cw + 23, 250, "80%: [MASK]", "tag", anchor="middle")
     svg.text(x0 + 6 * cw + 23, 250, "10%: random", "tag", anchor="middle")
     svg.text(x0 + 9 * cw + 23, 250, "10%: kept", "tag", anchor="middle")
-    svg.text(10, 276, "bertlib.pretraining.mask_tokens chooses about 15% of the non-special tokens; the MLM "
-             "loss sees only them.", "small")
+    svg.text(10, 276, "bertlib.data.pretraining_data.mask_tokens picks ~15% of the non-special tokens; the MLM loss "
+             "sees only them.", "small")
     svg.text(10, 296, "Here 3 of the 9 are chosen, exaggerated so that all three cases show (mlm_logits scores "
              "them).", "small")
     svg.text(10, 316, "NSP label: IsNext / NotNext (nsp_pairs), predicted from the pooled [CLS] vector by "
@@ -612,7 +615,7 @@ def feed_forward() -> Svg:
 # ---------------------------------------------------------------------------- windows over a long post (ch. 9b)
 
 def sliding_windows() -> Svg:
-    """Chapter 9b: a long post cut into overlapping windows that share ``stride`` tokens (bertlib.windows)."""
+    """Chapter 9b: a long post cut into overlapping windows that share ``stride`` tokens (bertlib.data.windows)."""
     n, room, stride = 28, 10, 3
     step = room - stride
     starts = list(range(0, n - stride, step))
@@ -623,8 +626,8 @@ def sliding_windows() -> Svg:
               + ", ".join(f"{a} to {min(a + room, n) - 1}" for a in starts) +
               ". The last window is shorter and is padded. Every token is in at least one window. Each window goes "
               "through BERT on its own, giving one vector per window; the post's vector pools them (mean, max or "
-              "attention over the windows) before the classifier (bertlib.windows.split_windows, "
-              "bertlib.windows.pool_windows).")
+              "attention over the windows) before the classifier (bertlib.data.windows.split_windows, "
+              "bertlib.data.windows.pool_windows).")
     x0, cw, cap = 120, 20, 40                # first token's x, one token's width, a [CLS]/[SEP] cell's width
     svg.text(10, 24, f"A post of {n} tokens (the text's tokens, before [CLS] and [SEP] are added)", "small")
     for t in range(n):
@@ -655,8 +658,8 @@ def sliding_windows() -> Svg:
     svg.text(x0 + room * cw + 40, yb + 16, f"step = room − stride = {step}: where the next window starts", "shape")
     svg.text(10, yb + 46, "Each window goes through BERT alone: one vector per window. The post's vector pools them "
              "(mean, max", "small")
-    svg.text(10, yb + 64, "or attention) before the classifier: bertlib.windows.split_windows, "
-             "bertlib.windows.pool_windows.", "small")
+    svg.text(10, yb + 64, "or attention) before the classifier: bertlib.data.windows.split_windows, "
+             "bertlib.data.windows.pool_windows.", "small")
     return svg
 
 

@@ -12,7 +12,9 @@ import transformers
 from transformers import BertConfig, BertModel
 
 import bertlib
-from bertlib.pretraining import init_state_dict
+import bertlib.data.corpus
+import bertlib.model.runtime
+from bertlib.training.pretraining import init_state_dict
 from helpers import DEVICE, data_available
 
 # Re-exported for test modules that still write `from conftest import DEVICE`: import it from helpers instead.
@@ -21,7 +23,7 @@ __all__ = ["DEVICE"]
 transformers.logging.set_verbosity_error()
 transformers.utils.logging.disable_progress_bar()
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-if threads := bertlib.runtime.num_threads():  # $BERTLIB_NUM_THREADS: make test gives each xdist worker its share
+if threads := bertlib.model.runtime.num_threads():  # $BERTLIB_NUM_THREADS: make test gives each xdist worker its share
     torch.set_num_threads(threads)
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -42,7 +44,7 @@ def real_sentences() -> list[str]:
     """Three real 20 Newsgroups sentences of different lengths (so the batch is padded)."""
     if not data_available():
         pytest.skip("20 Newsgroups offline: set BERTLIB_20NG_ARCHIVE=/path/to/20news-bydate.tar.gz")
-    return bertlib.data.example_sentences(3, seed=0)
+    return bertlib.data.corpus.example_sentences(3, seed=0)
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +85,7 @@ def tiny_pretrained(pretrained) -> bertlib.Pretrained:
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tiny_pretrained, tmp_path_factory) -> Path:
     """:func:`tiny_pretrained` as a Hugging Face directory (config.json, model.safetensors, tokenizer files): what
-    ``--model`` of ``python -m bertlib.finetune`` and ``bertlib.load_pretrained`` take."""
+    ``--model`` of ``python -m bertlib.training.finetune`` and ``bertlib.load_pretrained`` take."""
     path = tmp_path_factory.mktemp("tiny-bert")
     bertlib.to_hf_model(tiny_pretrained).save_pretrained(path)
     tiny_pretrained.tokenizer.save_pretrained(path)

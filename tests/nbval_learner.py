@@ -2,15 +2,17 @@
 
 ``make test`` loads it (``-p tests.nbval_learner``). An exercise is a visible starter cell (tag
 ``exercise-starter``, answers set to ``None``), a hidden solution cell (tag ``solution``) and a visible check cell
-(tag ``exercise-check``) that starts with ``check_answers("N.M", name=name, ...)`` (``bertlib.exercises``). Inside the
+(tag ``exercise-check``) that starts with ``check_answers("N.M", name=name, ...)`` (``bertlib.course.exercises``).
+Inside the
 one kernel nbval runs, this plugin adds runs of each check to the chapter's own, without executing anything
 twice:
 
 - just before the solution cell: the check with every answer ``None`` (what a learner who has not written the
   answer runs) must raise ``ExerciseIncomplete``, with its friendly message, not ``NameError`` and not pass;
 - just before the check cell: the check with each answer replaced by a deliberately wrong one
-  (``bertlib.exercises.wrong_answer``) must fail;
-- then the *lazy pass* (``bertlib.exercises.lazy_pass``): the check with each answer in turn replaced by every value
+  (``bertlib.course.exercises.wrong_answer``) must fail;
+- then the *lazy pass* (``bertlib.course.exercises.lazy_pass``): the check with each answer in turn replaced by every
+value
   the page already holds of the same kind and shape (visible variables and the items of their containers, e.g.
   ``ref.hidden_states[3]``; not the answers, not what the solution cell bound) must fail for each. This also finds
   the value the check compares against whenever the page holds it. The names the solution bound are those the
@@ -96,7 +98,7 @@ def exercises(cells: list) -> list[Exercise]:
 
 def _learner_code(ex: Exercise, stage: str) -> str:
     args = ", ".join(json.dumps(v) for v in (ex.exercise, stage, ex.check_source))
-    return (f"__import__('bertlib.exercises').exercises.learner_mode({args}, {ex.answers!r}, globals())"
+    return (f"__import__('bertlib.course.exercises').course.exercises.learner_mode({args}, {ex.answers!r}, globals())"
             "  # learner mode (tests/nbval_learner.py)\n")
 
 

@@ -52,7 +52,7 @@ def random_batch(config, seed: int = 0) -> dict[str, torch.Tensor]:
 
 def real_batch(tokenizer, seed: int = 0) -> tuple[dict[str, torch.Tensor], str]:
     """Three real 20 Newsgroups sentences (bertlib.data), tokenized and padded; and the sha256 of their ids."""
-    from bertlib.data import example_sentences
+    from bertlib.data.corpus import example_sentences
 
     batch = dict(tokenizer(example_sentences(3, seed=seed), padding="longest", return_tensors="pt"))
     ids = [row[row_mask.bool()].tolist()

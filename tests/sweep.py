@@ -4,7 +4,7 @@ with one torch thread, and report each claim's worst margin.
 A claim such as "the held-out NSP loss fell" or "batched attention is faster" holds on a reader's machine only if
 it holds for other seeds and other float reduction orders (one torch thread sums in another order: a stand-in for
 another CPU). Every run executes the chapters under nbval with ``BERTLIB_SEED`` and ``BERTLIB_NUM_THREADS`` set;
-the chapters assert such claims with :func:`bertlib.claims.assert_margin`, which appends each observation to
+the chapters assert such claims with :func:`bertlib.course.claims.assert_margin`, which appends each observation to
 ``$BERTLIB_MARGINS``. The table (``_build/sweep/margins.md``) gives, per claim, the bound, the range of observed
 values and the worst margin over all runs. The command fails if any run fails.
 
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The chapters whose assertions depend on random draws, training or timing: now every chapter, since each one reads
-#: example sentences drawn by the seed (``bertlib.data.example_sentences``).
+#: example sentences drawn by the seed (``bertlib.data.corpus.example_sentences``).
 CHAPTERS = {
     "00_what_bert_is_for": "posts sampled by the seed; a linear probe on frozen vectors against chance",
     "01_tokenization": "example sentences drawn by the seed",

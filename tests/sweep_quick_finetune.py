@@ -1,7 +1,8 @@
 """Chapter 9's quick fine-tune against TF-IDF + LinearSVC on the same posts, without running the whole notebook:
 the design search on validation (``--grid``) and the margin sweep over seeds and thread counts (the default).
 
-Each run calls ``bertlib.finetune.train`` with the quick profile (overridden by ``--set key=value``) on the posts as
+Each run calls ``bertlib.training.finetune.train`` with the quick profile (overridden by ``--set key=value``) on the
+posts as
 distributed, fits TF-IDF + LinearSVC (chapter 9.2's baseline) on the same training posts, and prints one JSON line:
 validation and test accuracy of both, their differences, and the seconds ``train`` took. ``--grid`` runs the
 candidate designs and reports validation only (the test posts are not scored while choosing).
@@ -36,13 +37,16 @@ def one_run(overrides: dict, seed: int, score_test: bool) -> dict:
     from sklearn.svm import LinearSVC
 
     import bertlib
-    from bertlib import finetune as ft
+    import bertlib.model.runtime
+    from bertlib.data import newsgroups
+    from bertlib.training import finetune as ft
+    from bertlib.training import finetune_config
 
-    if bertlib.runtime.num_threads():
-        torch.set_num_threads(bertlib.runtime.num_threads())
-    cfg = ft.profile_config("quick", seed=seed, data_seed=seed, **overrides)
+    if bertlib.model.runtime.num_threads():
+        torch.set_num_threads(bertlib.model.runtime.num_threads())
+    cfg = finetune_config.profile_config("quick", seed=seed, data_seed=seed, **overrides)
     pt = bertlib.load_pretrained()
-    data = ft.load_data(cfg)
+    data = newsgroups.load_data(cfg)
     vec = TfidfVectorizer(sublinear_tf=True, min_df=2)
     svc = LinearSVC(C=1.0).fit(vec.fit_transform(data.train.texts), data.train.labels)
     with tempfile.TemporaryDirectory() as out:

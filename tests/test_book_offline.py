@@ -43,7 +43,7 @@ def test_bertviz_controls_get_accessible_names(view, sentence_b):
     """Every <select> bertviz writes gets an aria-label (axe-core's select-name rule, WCAG 4.1.2), once."""
     import re
 
-    from bertlib.bertviz_assets import CONTROL_LABELS, label_controls
+    from bertlib.course.bertviz_assets import CONTROL_LABELS, label_controls
 
     raw = _bertviz_html(view, sentence_b)
     selects = re.findall(r"<select\b[^>]*>", raw)

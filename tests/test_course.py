@@ -161,7 +161,7 @@ def _dotted(node: ast.AST) -> str | None:
 
 
 def _is_module(dotted: str | None, modules: dict[str, str]) -> bool:
-    """Whether a name (``bertlib.pretraining``, or a name bound by ``import``) is a module."""
+    """Whether a name (``bertlib.training.pretraining``, or a name bound by ``import``) is a module."""
     if not dotted:
         return False
     root, _, rest = dotted.partition(".")
@@ -274,7 +274,7 @@ def alias_problems(source: str) -> list[str]:
                 if name not in LETTERS:
                     continue
                 if isinstance(node.value, ast.Call) and (_dotted(node.value.func) or "").endswith("setup"):
-                    out.append(f"`{line}`: write `session = bertlib.setup()`")
+                    out.append(f"`{line}`: write `session = bertlib.course.setup()`")
                     continue
                 if expr is None:
                     continue
@@ -292,14 +292,16 @@ def alias_problems(source: str) -> list[str]:
 
 
 def test_alias_checker_catches_the_known_cases():
-    bad = ["S = bertlib.setup()", "from bertlib import pretraining as P", "from bertlib import heads as H",
-           "import bertlib\nP = bertlib.pretraining", "C = cosine_matrix(table)", "V = len(tokenizer)",
-           "H = config.num_attention_heads", "F = {'train': 1}", "from bertlib import relative_position as R",
+    bad = ["S = bertlib.course.setup()", "from bertlib.training import pretraining as P",
+           "from bertlib.tasks import heads as H",
+           "import bertlib.training.pretraining\nP = bertlib.training.pretraining",
+           "C = cosine_matrix(table)", "V = len(tokenizer)", "H = config.num_attention_heads", "F = {'train': 1}",
+           "from bertlib.variants import relative_position as R",
            "L, A = config.num_attention_heads, config.num_hidden_layers"]
-    good = ["session = bertlib.setup()", "import torch.nn.functional as F", "L = config.num_hidden_layers",
+    good = ["session = bertlib.course.setup()", "import torch.nn.functional as F", "L = config.num_hidden_layers",
             "H, P = config.hidden_size, config.max_position_embeddings", "B, T = input_ids.shape",
             "B, T = (16, 128) if QUICK else (32, 512)", "N = bench.matmul_params(sd)", "T = enc['input_ids'].shape[1]",
-            "Q = hidden @ W_q.T + b_q", "W = torch.tensor(coef)", "from bertlib import pretraining"]
+            "Q = hidden @ W_q.T + b_q", "W = torch.tensor(coef)", "from bertlib.training import pretraining"]
     for src in bad:
         assert alias_problems(src), src
     for src in good:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bertlib import data
+from bertlib.data import batches
+from bertlib.data import corpus as data
 
 ARCHIVE = os.environ.get(data.ARCHIVE_ENV)
 needs_archive = pytest.mark.skipif(not ARCHIVE, reason=f"set {data.ARCHIVE_ENV} to the real 20news-bydate.tar.gz")
@@ -127,13 +128,40 @@ def test_pad_batch_of_token_id_lists_is_the_tokenizers_padding(pretrained):
     tok = pretrained.tokenizer
     texts = ["a short one.", "a somewhat longer sentence than the first.", "mid length text here"]
     encodings = [tok(t) for t in texts]
-    ours = data.pad_batch([e["input_ids"] for e in encodings], tok.pad_token_id)
+    ours = batches.pad_batch([e["input_ids"] for e in encodings], tok.pad_token_id)
     theirs = DataCollatorWithPadding(tok, return_tensors="pt")([dict(e) for e in encodings])
     assert ours.keys() == {"input_ids", "attention_mask", "token_type_ids"}
     for key in ours:
         assert torch.equal(ours[key], theirs[key]), key
     assert (ours["attention_mask"] == 0).any(), "the batch should need padding"
     with pytest.raises(ValueError, match="no encodings"):
-        data.pad_batch([], 0)
+        batches.pad_batch([], 0)
     with pytest.raises(ValueError, match="same keys"):
-        data.pad_batch([{"input_ids": [1]}, [1, 2]], 0)
+        batches.pad_batch([{"input_ids": [1]}, [1, 2]], 0)
+
+
+def test_the_posts_come_from_any_selection():
+    """The data layer draws a run's posts from a ``Selection`` (four fields), not from fine-tuning's config: a
+    ``FinetuneConfig`` is one, a plain object with the same values draws the same posts, and ``load_data``'s options
+    are keywords (an archive passed where ``remove_headers`` was is an error, not a silent True)."""
+    from dataclasses import dataclass
+
+    from bertlib.data import newsgroups
+    from bertlib.training.finetune_config import profile_config
+
+    @dataclass(frozen=True)
+    class Plain:
+        train_size: int
+        test_size: int
+        val_fraction: float
+        data_seed: int
+
+    texts, labels = [f"post {i}" for i in range(200)], [i % 4 for i in range(200)]
+    plain = newsgroups.split_data(texts, labels, texts[:40], labels[:40], list("abcd"), Plain(80, 20, 0.25, 3))
+    cfg = profile_config("quick", train_size=80, test_size=20, val_fraction=0.25, data_seed=3)
+    config = newsgroups.split_data(texts, labels, texts[:40], labels[:40], list("abcd"), cfg)
+    for split in ("train", "val", "test"):
+        assert list(getattr(plain, split).index) == list(getattr(config, split).index)
+    assert (len(plain.train) + len(plain.val), len(plain.val), len(plain.test)) == (80, 20, 20)
+    with pytest.raises(TypeError):
+        newsgroups.load_data(Plain(80, 20, 0.25, 3), "20news-bydate.tar.gz")

@@ -1,4 +1,4 @@
-"""``python -m bertlib.finetune`` under ``torchrun``: two CPU processes (gloo) against one.
+"""``python -m bertlib.training.finetune`` under ``torchrun``: two CPU processes (gloo) against one.
 
 The setting is tiny (117 training posts: 97 to train, 20 held out; 40 test posts; 64 tokens; one epoch of 7 steps
 at a global batch of 16, so 8 posts per process) and chosen so that the seventh batch holds a single post: one
@@ -9,12 +9,12 @@ rescales each step's gradient to norm 1, which would hide a wrongly scaled loss 
 Two launches and one run in this process, about a minute and a half on two cores (marked ``slow``: ``make unit``
 leaves them out, ``make test`` runs them):
 
-* ``single``: the command's entry point (``bertlib.finetune.main``) in this process, on one thread;
-* ``ddp``: ``python -m torch.distributed.run --standalone --nproc_per_node=2 -m bertlib.finetune`` with
+* ``single``: the command's entry point (``bertlib.training.finetune.main``) in this process, on one thread;
+* ``ddp``: ``python -m torch.distributed.run --standalone --nproc_per_node=2 -m bertlib.training.finetune`` with
   ``--stop-after-steps 3``, then the same command again, which resumes from rank 0's checkpoint on both ranks.
 
-The two must agree within :data:`bertlib.finetune.DDP_TOLERANCE` (step losses, logits, weights) and predict the
-same class for every post.
+The two must agree within :data:`bertlib.training.distributed.DDP_TOLERANCE` (step losses, logits, weights) and predict
+the same class for every post.
 """
 
 from __future__ import annotations
@@ -33,7 +33,12 @@ import torch
 from safetensors.torch import load_file
 
 import bertlib
-from bertlib import finetune as ft
+import bertlib.tasks.classifier
+from bertlib.data import newsgroups
+from bertlib.evaluation import inference
+from bertlib.training import checkpoint, distributed
+from bertlib.training import finetune as ft
+from bertlib.training.finetune_config import profile_config
 from helpers import finish, needs_data, one_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +47,7 @@ SETTING = ["--profile", "quick", "--train-size", "117", "--test-size", "40", "--
            "--device", "cpu", "--dropout", "0", "--max-grad-norm", "1e9", "--bf16", "off"]  # DDP_TOLERANCE is float32's
 SETTING_CFG = dict(train_size=117, test_size=40, max_length=64, epochs=1, batch_size=16, seed=3, device="cpu",
                    bf16="off")
-TOL = ft.DDP_TOLERANCE
+TOL = distributed.DDP_TOLERANCE
 
 
 def _gloo() -> bool:
@@ -55,12 +60,13 @@ needs_gloo = pytest.mark.skipif(not _gloo(), reason="this torch build has no tor
 
 
 def _launch(out: Path, *extra: str, nproc: int) -> subprocess.Popen:
-    """``torchrun --nproc_per_node=nproc -m bertlib.finetune --out OUT SETTING... extra``, one CPU thread each."""
+    """``torchrun --nproc_per_node=nproc -m bertlib.training.finetune --out OUT SETTING... extra``, one CPU thread
+    each."""
     env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR",
                                                             "MASTER_PORT")}
     env.update(CI="1", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), BERTLIB_DEVICE="cpu")
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    return subprocess.Popen([sys.executable, *launcher, "-m", "bertlib.finetune", "--out", str(out), *SETTING,
+    return subprocess.Popen([sys.executable, *launcher, "-m", "bertlib.training.finetune", "--out", str(out), *SETTING,
                              *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -78,15 +84,16 @@ def runs(tmp_path_factory) -> dict:
     stopped = _launch(ddp, "--stop-after-steps", "3", nproc=2)  # the group starts; the single run goes on meanwhile
     log_single = _single(single, "--no-export")
     log_stop = finish(stopped)
-    assert (ddp / ft.CHECKPOINT).exists() and not (ddp / ft.METRICS).exists(), "the stopped DDP run left no checkpoint"
-    ckpt = ft.load_checkpoint(ddp / ft.CHECKPOINT)
+    assert (ddp / checkpoint.CHECKPOINT).exists() and not (ddp / checkpoint.METRICS).exists(), \
+        "the stopped DDP run left no checkpoint"
+    ckpt = checkpoint.load_checkpoint(ddp / checkpoint.CHECKPOINT)
     log_resume = finish(_launch(ddp, nproc=2))
     return {"single": single, "ddp": ddp, "log_single": log_single, "log_stop": log_stop, "log_resume": log_resume,
             "stopped_ckpt": ckpt}
 
 
 def _metrics(path: Path) -> dict:
-    return json.loads((path / ft.METRICS).read_text())
+    return json.loads((path / checkpoint.METRICS).read_text())
 
 
 @pytest.mark.slow
@@ -98,7 +105,7 @@ def test_ddp_run_writes_its_outputs_once(runs):
     assert m["segments"] == 2 and m["steps"] == 7 and "resuming from" in log
     assert "world_size=2 backend=gloo per_rank_batch=8" in log
     assert log.count("[finetune] epoch 1/1") == 1 and log.count("[finetune] test accuracy") == 1, "rank 1 spoke"
-    for name in ("model.safetensors", ft.CHECKPOINT, "hf/config.json", "hf/model.safetensors"):
+    for name in ("model.safetensors", checkpoint.CHECKPOINT, "hf/config.json", "hf/model.safetensors"):
         assert (runs["ddp"] / name).is_file(), f"{name} missing"
     assert not list(runs["ddp"].glob("*.tmp")), "a half-written file was left behind"
     assert _metrics(runs["single"])["world_size"] == 1
@@ -140,7 +147,7 @@ def test_two_processes_match_one(runs, pretrained):
 
     np.testing.assert_allclose(losses(b), losses(a), rtol=0, atol=TOL["loss"])
 
-    wa, wb = load_file(str(runs["single"] / ft.BEST)), load_file(str(runs["ddp"] / ft.BEST))
+    wa, wb = load_file(str(runs["single"] / checkpoint.BEST)), load_file(str(runs["ddp"] / checkpoint.BEST))
     assert wa.keys() == wb.keys()
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], atol=TOL["weights"], rtol=0, msg=lambda m, k=k: f"{k}: {m}")
@@ -156,13 +163,13 @@ def test_two_processes_match_one(runs, pretrained):
     assert rel < TOL["update_rel"], f"the encoder's update differs by {rel:.1e} of its norm"
 
     # logits of both models on the validation and test posts, computed here in one process
-    data = ft.load_data(ft.profile_config("quick", **SETTING_CFG))
-    seqs = ft.encode(pretrained.tokenizer, data.val.texts + data.test.texts, 64)
+    data = newsgroups.load_data(profile_config("quick", **SETTING_CFG))
+    seqs = newsgroups.encode(pretrained.tokenizer, data.val.texts + data.test.texts, 64)
     logits = []
     for w in (wa, wb):
-        model = bertlib.BertClassifier(pretrained.state_dict, pretrained.config, len(data.label_names))
+        model = bertlib.tasks.classifier.BertClassifier(pretrained.state_dict, pretrained.config, len(data.label_names))
         model.load_state_dict(w, strict=True)
-        logits.append(ft.predict_logits(model.to("cpu"), seqs, pretrained.tokenizer.pad_token_id, device="cpu"))
+        logits.append(inference.predict_logits(model.to("cpu"), seqs, pretrained.tokenizer.pad_token_id, device="cpu"))
     torch.testing.assert_close(logits[1], logits[0], atol=TOL["logits"], rtol=0)
     assert torch.equal(logits[0].argmax(-1), logits[1].argmax(-1)), "a prediction changed"
 
@@ -173,12 +180,12 @@ def test_two_processes_match_one(runs, pretrained):
 def test_shards_are_disjoint_and_cover_the_batch():
     for size, world in [(16, 2), (16, 4), (5, 2), (1, 2), (3, 4)]:
         batch = np.arange(100, 100 + size)
-        shards = [ft.shard_batch(batch, r, world) for r in range(world)]
+        shards = [distributed.shard_batch(batch, r, world) for r in range(world)]
         assert np.array_equal(np.concatenate(shards), batch), (size, world)  # contiguous, in order, no overlap
         assert max(map(len, shards)) - min(map(len, shards)) <= 1
-    assert [len(ft.shard_batch(np.arange(16), r, 2)) for r in range(2)] == [8, 8]
+    assert [len(distributed.shard_batch(np.arange(16), r, 2)) for r in range(2)] == [8, 8]
     with pytest.raises(ValueError, match="rank"):
-        ft.shard_batch(np.arange(4), 2, 2)
+        distributed.shard_batch(np.arange(4), 2, 2)
 
 
 def test_weighted_shard_losses_average_to_the_global_mean():
@@ -192,7 +199,7 @@ def test_weighted_shard_losses_average_to_the_global_mean():
         torch.nn.functional.cross_entropy(x @ whole, y).backward()
         grads = []
         for rank in range(world):
-            mine, weight = ft.rank_share(np.arange(n), rank, world)
+            mine, weight = distributed.rank_share(np.arange(n), rank, world)
             part = w.clone().requires_grad_()
             (torch.nn.functional.cross_entropy(x[mine] @ part, y[mine], reduction="sum") * weight).backward()
             grads.append(part.grad)
@@ -201,7 +208,7 @@ def test_weighted_shard_losses_average_to_the_global_mean():
 
 def test_batch_size_must_split_over_the_processes(monkeypatch, tmp_path):
     monkeypatch.setenv("WORLD_SIZE", "2")
-    cfg = ft.profile_config("quick", batch_size=15, device="cpu")
+    cfg = profile_config("quick", batch_size=15, device="cpu")
     with pytest.raises(ValueError, match="not a multiple of the 2 processes"):
         ft.train(cfg, tmp_path, verbose=False)  # refused before any process group or data is touched
     assert not any(tmp_path.iterdir())
@@ -210,6 +217,6 @@ def test_batch_size_must_split_over_the_processes(monkeypatch, tmp_path):
 def test_no_launcher_means_one_process(monkeypatch):
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
-    d = ft.init_distributed(torch.device("cpu"))
+    d = distributed.init_distributed(torch.device("cpu"))
     assert (d.world_size, d.rank, d.enabled, d.main, d.backend) == (1, 0, False, True, None)
     assert d.all_gather("x") == ["x"]

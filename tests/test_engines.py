@@ -1,6 +1,6 @@
-"""bertlib.engines on a tiny random BERT (issue 29): every engine computes bertlib's logits.
+"""bertlib.perf.engines on a tiny random BERT (issue 29): every engine computes bertlib's logits.
 
-Each engine is compared with :func:`bertlib.engines.make_bertlib` (sdpa) on a padded batch: float32 engines within
+Each engine is compared with :func:`bertlib.perf.engines.make_bertlib` (sdpa) on a padded batch: float32 engines within
 1e-4 (different kernels sum in different orders), int8 weights within 5 % of the logits' spread (8-bit weights and
 activations). An engine whose package is absent is skipped with the reason. The ONNX export (ONNX Runtime, OpenVINO)
 and ``torch.compile`` are marked slow: the export takes 10-30 s and the first compiled call a minute or more on 2
@@ -10,8 +10,9 @@ shared cores.
 import pytest
 import torch
 
-from bertlib import engines as E
-from bertlib.classifier import BertClassifier
+from bertlib.perf import engines as E
+from bertlib.tasks.classifier import BertClassifier
+from bertlib.variants import fast_linear
 from helpers import needs_data
 
 FP32 = dict(atol=1e-4, rtol=1e-4)
@@ -75,8 +76,8 @@ def test_prepacked_weights(tiny_classifier, batch, reference, attn):
     engine = E.make_packed(tiny_classifier, attn)
     torch.testing.assert_close(_run(engine, batch), reference, **FP32)
     config = tiny_classifier.config
-    sd = E.pack_weights({k: v.detach() for k, v in tiny_classifier.bert.named_parameters()}, config)
-    packed = {k: v for k, v in sd.items() if isinstance(v, E.PackedLinear)}
+    sd = fast_linear.pack_weights({k: v.detach() for k, v in tiny_classifier.bert.named_parameters()}, config)
+    packed = {k: v for k, v in sd.items() if isinstance(v, fast_linear.PackedLinear)}
     assert len(packed) == 6 * config.num_hidden_layers + 1  # Q, K, V, output, FFN in/out; the pooler
     assert all(p.packed.is_mkldnn for p in packed.values())  # the weights really were reordered for oneDNN
     fused = {k for k, v in packed.items() if v.activation == config.hidden_act}
@@ -86,35 +87,35 @@ def test_prepacked_weights(tiny_classifier, batch, reference, attn):
 @needs_onednn
 @pytest.mark.parametrize("act", ["gelu", "gelu_new", "relu"])
 def test_prepacked_weight_applies_its_activation(act):
-    from bertlib.layer import activation
+    from bertlib.model.layer import activation
 
     g = torch.Generator().manual_seed(0)
     x, w, b = torch.randn(2, 7, 16, generator=g), torch.randn(24, 16, generator=g), torch.randn(24, generator=g)
-    torch.testing.assert_close(torch.nn.functional.linear(x, E.PackedLinear(w, act), b),
+    torch.testing.assert_close(torch.nn.functional.linear(x, fast_linear.PackedLinear(w, act), b),
                                activation(act)(torch.nn.functional.linear(x, w, b)), **FP32)
-    torch.testing.assert_close(torch.nn.functional.linear(input=x, weight=E.PackedLinear(w), bias=b),
+    torch.testing.assert_close(torch.nn.functional.linear(input=x, weight=fast_linear.PackedLinear(w), bias=b),
                                torch.nn.functional.linear(x, w, b), **FP32)  # keywords too
     with pytest.raises(ValueError, match="inside the product, not 'swish'"):
-        E.PackedLinear(w, "swish")
+        fast_linear.PackedLinear(w, "swish")
     with pytest.raises(TypeError, match="float32 inputs"):
-        torch.nn.functional.linear(x.bfloat16(), E.PackedLinear(w), b)
+        torch.nn.functional.linear(x.bfloat16(), fast_linear.PackedLinear(w), b)
 
 
 @needs_onednn
 def test_feed_forward_with_prepacked_weights_applies_the_activation_once(tiny_classifier):
     """An activation oneDNN is not asked to fuse (silu) stays in feed_forward; a weight packed for another
     activation than the config's is refused, not applied twice."""
-    from bertlib.layer import feed_forward
+    from bertlib.model.layer import feed_forward
 
     config = tiny_classifier.config
     sd = {k: v.detach() for k, v in tiny_classifier.bert.named_parameters()}
     x = torch.randn(2, 5, config.hidden_size, generator=torch.Generator().manual_seed(0))
     silu = type(config)(**{**config.to_dict(), "hidden_act": "silu"})
-    packed = E.pack_weights(sd, silu)
+    packed = fast_linear.pack_weights(sd, silu)
     assert packed["encoder.layer.0.intermediate.dense.weight"].activation is None
     torch.testing.assert_close(feed_forward(packed, silu, x), feed_forward(sd, silu, x), **FP32)
     with pytest.raises(ValueError, match="applies 'gelu' but config.hidden_act is 'silu'"):
-        feed_forward(E.pack_weights(sd, config), silu, x)
+        feed_forward(fast_linear.pack_weights(sd, config), silu, x)
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "unpadded"])
@@ -144,8 +145,8 @@ def test_bf16_row_is_skipped_without_bf16(tiny_classifier, monkeypatch):
 
 
 def test_int8_weight_is_int8(tiny_classifier):
-    sd = E.quantize_weights({k: v.detach() for k, v in tiny_classifier.bert.named_parameters()})
-    q = [v for v in sd.values() if isinstance(v, E.Int8Linear)]
+    sd = fast_linear.quantize_weights({k: v.detach() for k, v in tiny_classifier.bert.named_parameters()})
+    q = [v for v in sd.values() if isinstance(v, fast_linear.Int8Linear)]
     assert len(q) == 6 * tiny_classifier.config.num_hidden_layers + 1  # Q, K, V, output, FFN in/out; the pooler
     with pytest.raises(TypeError):
         torch.matmul(torch.ones(2, 2), q[0])  # only F.linear is supported
@@ -161,7 +162,7 @@ def test_onnx_runtime(tiny_classifier, batch, reference, onnx_file):
 @pytest.mark.slow  # the ONNX export of Hugging Face's graph (optimum's route, without optimum)
 def test_onnx_runtime_on_hf_graph(tiny_classifier, batch, reference, tmp_path):
     pytest.importorskip("onnxruntime")
-    from bertlib.export import to_hf_classifier
+    from bertlib.tasks.export import to_hf_classifier
 
     hf = to_hf_classifier(tiny_classifier, [str(i) for i in range(5)]).eval()
     hf.set_attn_implementation("sdpa")
@@ -228,8 +229,8 @@ def test_torch_compile(tiny_classifier, batch, reference):
 def test_engine_rows_time_every_method_and_score_it(tiny_pretrained, tmp_path):
     """bench.engine_rows end to end on a tiny model and 8 posts: one row per method, speeds and speed-ups positive,
     the fp32 reference row at 0 points from itself, the int8 row present, the setup as asked."""
-    from bertlib.bench_engines import engine_rows
-    from bertlib.data import load_20newsgroups
+    from bertlib.data.corpus import load_20newsgroups
+    from bertlib.perf.bench_engines import engine_rows
 
     names = list(load_20newsgroups("test").target_names)
     model = BertClassifier(tiny_pretrained.state_dict, tiny_pretrained.config, len(names), attn_implementation="sdpa",
@@ -256,7 +257,7 @@ def test_engine_rows_time_every_method_and_score_it(tiny_pretrained, tmp_path):
 def test_rows_that_changed_predictions_are_scored_again_on_more_posts(tiny_pretrained):
     """engine_rows' accuracy pass (accuracy_posts): the reference and each row that changed a prediction on the
     timed posts classify the larger set; those rows' accuracy fields come from it, the other rows keep theirs."""
-    from bertlib.bench_engines import _score_again
+    from bertlib.perf.bench_engines import _score_again
 
     ref_name, n_labels = "bertlib padding-free, length-sorted", 4
 

@@ -1,5 +1,5 @@
-"""TF-IDF baselines, the ensemble and the error analysis of ``metrics.json`` (``bertlib.ensemble``, chapter 9), and
-training on windows: every choice is made on validation, the reported numbers are what the predictions give."""
+"""TF-IDF baselines, the ensemble and the error analysis of ``metrics.json`` (``bertlib.evaluation.ensemble``, chapter
+9), and training on windows: every choice is made on validation, the reported numbers are what the predictions give."""
 
 from __future__ import annotations
 
@@ -7,9 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from bertlib import ensemble as ens
-from bertlib import finetune as ft
-from bertlib import windows as win
+from bertlib.data import newsgroups
+from bertlib.data import windows as win
+from bertlib.evaluation import ensemble as ens
+from bertlib.evaluation import inference
+from bertlib.training import checkpoint, distributed
+from bertlib.training import finetune as ft
+from bertlib.training.finetune_config import profile_config
 
 WORDS = {0: "hockey puck goal skate ice rink team season", 1: "disk drive scsi controller card bus jumper bios",
          2: "god church faith bible belief prayer sin soul"}
@@ -139,15 +143,16 @@ def _generated(n: int = 60):
 def test_train_windows_trains_on_every_window_with_its_posts_label(tiny_pretrained, tmp_path):
     pretrained = tiny_pretrained
     texts, labels, names = _generated()
-    cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, epochs=1, batch_size=8,
+    cfg = profile_config("quick", train_size=None, test_size=None, max_length=16, epochs=1, batch_size=8,
                             dropout=0.0, device="cpu", train_windows=True, window_stride=4)
-    data = ft.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
-    run = ft._setup(cfg, tmp_path / "setup", torch.device("cpu"), ft.Distributed(), 0.0, data=data,
+    data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
+    run = ft._setup(cfg, tmp_path / "setup", torch.device("cpu"), distributed.Distributed(), 0.0, data=data,
                     pretrained=pretrained, archive=None, verbose=False)
     windows, post_index = win.encode_windows(pretrained.tokenizer, data.train.texts, 16, 4)
     assert run.seqs["train"] == windows and len(windows) > len(data.train)
     np.testing.assert_array_equal(run.train_labels, data.train.labels[post_index])
-    assert run.seqs["val"] == ft.encode(pretrained.tokenizer, data.val.texts, 16, cfg.truncation)  # eval: truncated
+    # evaluation: truncated
+    assert run.seqs["val"] == newsgroups.encode(pretrained.tokenizer, data.val.texts, 16, cfg.truncation)
     result = ft.train(cfg, tmp_path / "run", data=data, pretrained=pretrained, export=False, verbose=False)
     assert result.metrics["train_windows"] == len(windows)
     assert result.metrics["train_tokens"] == sum(len(w) for w in windows)  # one epoch: every window once
@@ -156,9 +161,9 @@ def test_train_windows_trains_on_every_window_with_its_posts_label(tiny_pretrain
 def test_metrics_hold_the_error_analysis_and_the_ensemble(tiny_pretrained, tmp_path):
     pretrained = tiny_pretrained
     texts, labels, names = _generated()
-    cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=2, batch_size=8,
+    cfg = profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=2, batch_size=8,
                             device="cpu", eval_windows=True, window_stride=4, tfidf_ensemble=True)
-    data = ft.split_data(texts, labels, texts[:24], labels[:24], names, cfg)
+    data = newsgroups.split_data(texts, labels, texts[:24], labels[:24], names, cfg)
     m = ft.train(cfg, tmp_path, data=data, pretrained=pretrained, export=False, verbose=False).metrics
     cm = np.array(m["confusion_matrix"])
     assert cm.shape == (4, 4) and cm.sum() == 24 and np.trace(cm) / 24 == pytest.approx(m["accuracy"], abs=1e-12)
@@ -173,9 +178,10 @@ def test_metrics_hold_the_error_analysis_and_the_ensemble(tiny_pretrained, tmp_p
     model = ft.build_model(cfg, pretrained, 4, torch.device("cpu"))
     from safetensors.torch import load_file
 
-    model.load_state_dict(load_file(str(tmp_path / ft.BEST)))
-    cut = ft.encode(pretrained.tokenizer, data.test.texts, 16, cfg.truncation)
-    expected, _ = ft.evaluate(model, cut, data.test.labels, names, pretrained.tokenizer.pad_token_id, device="cpu")
+    model.load_state_dict(load_file(str(tmp_path / checkpoint.BEST)))
+    cut = newsgroups.encode(pretrained.tokenizer, data.test.texts, 16, cfg.truncation)
+    expected, _ = inference.evaluate(model, cut, data.test.labels, names, pretrained.tokenizer.pad_token_id,
+                                     device="cpu")
     assert m["truncated"]["accuracy"] == expected["accuracy"] and "val_accuracy" in m["truncated"]
     by_length = sum(r["posts"] * r["model_truncated"] for r in m["accuracy_by_length"]) / 24
     assert by_length == pytest.approx(expected["accuracy"], abs=1e-12)

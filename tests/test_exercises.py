@@ -9,7 +9,7 @@ execution of the chapters (``tests/nbval_learner.py``). This file checks, withou
 - every exercise prompt is marked ★, ★★ or ★★★, and each chapter has at least one open exercise;
 - no check cell shows the value it compares against while an answer is wrong, and no starter cell contains the
   solution's code (issue 35);
-- ``bertlib.exercises`` gives the friendly message, makes wrong answers of every supported type, finds an answer
+- ``bertlib.course.exercises`` gives the friendly message, makes wrong answers of every supported type, finds an answer
   the page already holds (the lazy pass) and compares predictions.
 """
 
@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertlib.exercises import ExerciseIncomplete, check_answers, learner_mode, wrong_answer
+from bertlib.course.exercises import ExerciseIncomplete, check_answers, learner_mode, wrong_answer
 from nbval_learner import CHECK, SOLUTION, STARTER, exercises, source, tags
 from toc import notebooks
 
@@ -178,7 +178,7 @@ def test_lazy_pass_finds_an_answer_the_page_holds():
 
 
 def test_lazy_candidates_match_kind_and_shape():
-    from bertlib.exercises import lazy_candidates
+    from bertlib.course.exercises import lazy_candidates
 
     ns = {"a": torch.zeros(2, 3), "b": torch.zeros(3, 2), "c": torch.zeros(2, 3, dtype=torch.int64), "d": 4,
           "e": 4.0, "f": True, "g": [torch.ones(2, 3)], "alias": None}
@@ -319,7 +319,7 @@ def test_the_give_away_detectors():
 
 
 def test_check_prediction_bands_and_lazy_pass():
-    from bertlib.exercises import check_prediction
+    from bertlib.course.exercises import check_prediction
 
     check_prediction("0.3", 0.3, 0.35, within=0.1)
     check_prediction("0.3", 2.0, 2.9, factor=1.5)
@@ -334,7 +334,8 @@ def test_check_prediction_bands_and_lazy_pass():
         check_prediction("0.3", float("nan"), 1.0, within=0.1)  # NaN compares False with every bound
     # the lazy pass: a page number in the band by chance is not the answer; the measured value itself is
     check = ('check_answers("0.3", guess=guess)\nmeasured = float(x.mean())\n'
-             '__import__("bertlib.exercises").exercises.check_prediction("0.3", guess, measured, within=0.1)\n')
+             '__import__("bertlib.course.exercises").course.exercises.check_prediction("0.3", guess, measured, '
+             'within=0.1)\n')
     x = torch.tensor([0.2, 0.4])
     ns = {"check_answers": check_answers, "x": x, "nearby": 0.31}
     learner_mode("0.3", "missing", check, ["guess"], ns)

@@ -1,9 +1,9 @@
 """The fast paths of appendix 14 (*Making it fast*) compute the same function as the formulas and as HF.
 
 - ``fused=True``: one-kernel LayerNorm and GELU; ``attn_implementation="sdpa"``: fused attention.
-- ``bert_forward(..., attn_implementation="unpadded")`` (:mod:`bertlib.unpadded`): no padding position is ever
+- ``bert_forward(..., attn_implementation="unpadded")`` (:mod:`bertlib.model.encoder`): no padding position is ever
   computed.
-- :mod:`bertlib.bench` on a tiny grid: every row timed, the workload's [CLS] vectors agree across strategies.
+- :mod:`bertlib.perf.bench` on a tiny grid: every row timed, the workload's [CLS] vectors agree across strategies.
 Padding rows are excluded for the reason given in ``test_fidelity.py``.
 """
 
@@ -20,8 +20,8 @@ import torch
 from torch.testing import assert_close
 
 import bertlib
-from bertlib import bench
-from bertlib.unpadded import unpad
+from bertlib.model.encoder import unpad
+from bertlib.perf import bench, timing
 from helpers import DEVICE, random_inputs, random_model
 
 F32 = bertlib.tolerance(DEVICE, torch.float32)
@@ -68,9 +68,9 @@ def test_outputs_only_changes_nothing_but_what_is_kept(pretrained, real_batch, a
 _FAULTS_SCRIPT = """
 import resource, sys
 import torch
-from bertlib import bench
+from bertlib.perf import timing
 torch.set_num_threads(1)
-print(bench.keep_freed_memory() if sys.argv[1] == "keep" else "plain")
+print(timing.keep_freed_memory() if sys.argv[1] == "keep" else "plain")
 n = 8 * 2**20 // 4
 for _ in range(8):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -89,7 +89,7 @@ def _round_faults(mode: str) -> tuple[str, list[int]]:
 
 
 def test_keep_freed_memory_is_idempotent():
-    first, second = bench.keep_freed_memory(), bench.keep_freed_memory()
+    first, second = timing.keep_freed_memory(), timing.keep_freed_memory()
     assert first == second == (platform.libc_ver()[0] == "glibc")
 
 
@@ -185,7 +185,7 @@ def test_unpadded_left_padding_equals_padded(pretrained):
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this PyTorch")
 def test_prepacked_weights_compute_the_same_forward_pass():
     """The grid's bertlib-sdpa-prepacked row computes what bertlib-sdpa computes (padding included)."""
-    from bertlib.fast_linear import pack_weights
+    from bertlib.variants.fast_linear import pack_weights
 
     sd, config, _ = random_model(0)
     g = torch.Generator().manual_seed(0)

@@ -1,5 +1,5 @@
-"""Frozen features (``bertlib.features``, chapter 9): the vectors equal Hugging Face's, whole posts average their
-windows, the probe's ``C`` is chosen on validation only, and the command writes what chapter 9 reads."""
+"""Frozen features (``bertlib.evaluation.features``, chapter 9): the vectors equal Hugging Face's, whole posts average
+their windows, the probe's ``C`` is chosen on validation only, and the command writes what chapter 9 reads."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import bertlib
-from bertlib import features as fz
-from bertlib import finetune as ft
-from bertlib import windows as win
+from bertlib.data import batches, newsgroups
+from bertlib.data import windows as win
+from bertlib.evaluation import features as fz
 from helpers import needs_data
 
 POSTS = ["A short post about hockey.",
@@ -21,9 +21,9 @@ POSTS = ["A short post about hockey.",
 
 
 def test_frozen_features_equal_hf(pretrained, hf_model):
-    seqs = ft.encode(pretrained.tokenizer, POSTS, 64, "head_tail")
+    seqs = newsgroups.encode(pretrained.tokenizer, POSTS, 64, "head_tail")
     ours = fz.frozen_features(pretrained, seqs, batch_size=2)   # two batches, length-sorted: order restored
-    batch = ft.collate(seqs, pretrained.tokenizer.pad_token_id, next(hf_model.parameters()).device)
+    batch = batches.collate(seqs, pretrained.tokenizer.pad_token_id, next(hf_model.parameters()).device)
     with torch.no_grad():
         ref = hf_model(**batch)
     m = batch["attention_mask"].unsqueeze(-1).float()
@@ -72,14 +72,14 @@ def test_probe_C_is_chosen_on_validation_only():
 
 @needs_data
 def test_command_writes_every_reading_and_kind(tmp_path, capsys, tiny_checkpoint):
-    """``python -m bertlib.features`` through its entry point, in this process (no interpreter to start), on the tiny
+    """``bertlib-features`` through its entry point, in this process (no interpreter to start), on the tiny
     random BERT (the files and their fields are the same for any weights)."""
     args = ["--profile", "quick", "--train-size", "60", "--test-size", "40", "--max-length", "32",
-            "--window-stride", "8", "--seed", "1", "--device", "cpu", "--model", str(tiny_checkpoint),
+            "--window-stride", "8", "--data-seed", "1", "--device", "cpu", "--model", str(tiny_checkpoint),
             "--out", str(tmp_path)]
     assert fz.main(args) == 0
     m = json.loads((tmp_path / "metrics.json").read_text())
-    assert m["command"] == "python -m bertlib.features " + " ".join(args)
+    assert m["command"] == "python -m bertlib.evaluation.features " + " ".join(args)
     assert (m["train_size"], m["val_size"], m["test_size"], m["max_length"]) == (40, 20, 40, 32)
     assert set(m["results"]) == {f"{r}/{k}" for r in fz.READINGS for k in fz.KINDS}
     for row in m["results"].values():
@@ -89,3 +89,19 @@ def test_command_writes_every_reading_and_kind(tmp_path, capsys, tiny_checkpoint
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Lower --window-stride" in err
     assert not (tmp_path / "bad").exists(), "nothing is loaded or written before the settings are checked"
+
+
+def test_command_has_its_own_options(capsys):
+    """``bertlib-features`` parses its own options: ``--help`` names the command and none of fine-tuning's
+    training options, and a fine-tuning option such as ``--epochs`` is an error, not silently accepted."""
+    with pytest.raises(SystemExit) as ok:
+        fz.parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert ok.value.code == 0 and out.startswith("usage: bertlib-features")
+    assert "--train-size" in out and "--window-stride" in out and "--epochs" not in out and "--lr" not in out
+    with pytest.raises(SystemExit) as bad:
+        fz.parse_args(["--out", "x", "--epochs", "3"])
+    assert bad.value.code == 2 and "--epochs" in capsys.readouterr().err
+    cfg = fz.parse_args(["--out", "x", "--profile", "cpu"])
+    assert (cfg.train_size, cfg.test_size, cfg.window_stride) == (None, None, 0)
+    assert fz.parse_args(["--out", "x", "--profile", "cpu", "--window-stride", "5"]).window_stride == 5

@@ -19,7 +19,7 @@ from torch.testing import assert_close
 import bertlib
 from helpers import DEVICE, random_inputs, random_model
 
-# The one source of the tolerances and of their reasons: bertlib.runtime.TOLERANCES (CUDA runs with TF32 off).
+# The one source of the tolerances and of their reasons: bertlib.model.runtime.TOLERANCES (CUDA runs with TF32 off).
 F32 = bertlib.tolerance(DEVICE, torch.float32)
 F64 = bertlib.tolerance(DEVICE, torch.float64)
 
@@ -208,9 +208,9 @@ def test_activations_match_hf(name):
 
 
 def test_fidelity_report_command(real_sentences, capsys):
-    """``python -m bertlib.fidelity``: a row per hidden state and per layer's attention, every number within the
+    """``bertlib-fidelity``: a row per hidden state and per layer's attention, every number within the
     asserted tolerance, for each attention function asked for."""
-    from bertlib import fidelity
+    from bertlib.evaluation import fidelity
 
     table = fidelity.main(["--dtypes", "float64", "--attn", "eager,unpadded", "--sentences", "3"])
     out = capsys.readouterr().out

@@ -1,10 +1,10 @@
-"""``python -m bertlib.finetune`` (chapter 9) and the Hugging Face export (chapter 10).
+"""``python -m bertlib.training.finetune`` (chapter 9) and the Hugging Face export (chapter 10).
 
 A TINY setting keeps this file to well under a minute of CPU: 120 training posts (100 to train, 20 held out), 40
 test posts, 64 tokens, 6 optimizer steps, and the tiny random BERT of tests/conftest.py (``--model``): what is
 tested here (files, resume, export) holds for any weights; that fine-tuning the real model learns is
 ``test_training_learns_four_classes`` (marked slow). Three runs of the command's own entry point
-(``bertlib.finetune.main``, with the command-line arguments), in this process on one thread:
+(``bertlib.training.finetune.main``, with the command-line arguments), in this process on one thread:
 
 * ``A``: uninterrupted;
 * ``B``: the same arguments with ``--stop-after-steps 3`` (a simulated interruption), then the same arguments
@@ -34,8 +34,15 @@ import transformers
 from safetensors.torch import load_file
 
 import bertlib
-from bertlib import finetune as ft
-from bertlib.export import export_hf, hf_config
+import bertlib.data.corpus
+import bertlib.model.runtime
+import bertlib.tasks.classifier
+from bertlib.data import batches as data_batches
+from bertlib.data import newsgroups
+from bertlib.evaluation import inference
+from bertlib.tasks.export import export_hf, hf_config
+from bertlib.training import checkpoint, finetune_config, finetune_state, optimization
+from bertlib.training import finetune as ft
 from helpers import DEVICE, needs_data, one_thread
 
 TINY = ["--profile", "quick", "--train-size", "120", "--test-size", "40", "--max-length", "64", "--max-steps", "6",
@@ -47,7 +54,7 @@ METRIC_KEYS = {"accuracy", "macro_f1", "per_class_f1", "profile", "device", "epo
 
 
 def _command(out: Path, *args: str) -> str:
-    """``python -m bertlib.finetune --out OUT ARGS`` through the command's entry point, in this process on one
+    """``python -m bertlib.training.finetune --out OUT ARGS`` through the command's entry point, in this process on one
     thread (a fixed reduction order, so the runs compare bit for bit); returns what it printed."""
     log = io.StringIO()
     with one_thread(), contextlib.redirect_stdout(log):
@@ -74,22 +81,23 @@ def runs(tmp_path_factory, tiny_args) -> dict[str, Path | str]:
     a, b = tmp_path_factory.mktemp("uninterrupted"), tmp_path_factory.mktemp("resumed")
     log_a = _command(a, *tiny_args)
     log_stop = _command(b, *tiny_args, "--no-export", "--stop-after-steps", "3")
-    assert (b / ft.CHECKPOINT).exists() and not (b / ft.METRICS).exists(), "the interrupted run left no checkpoint"
+    assert (b / checkpoint.CHECKPOINT).exists() and not (b / checkpoint.METRICS).exists(), \
+        "the interrupted run left no checkpoint"
     log_resume = _command(b, *tiny_args, "--no-export")
     return {"a": a, "b": b, "log_a": log_a, "log_stop": log_stop, "log_resume": log_resume, "args": tiny_args}
 
 
 @pytest.fixture(scope="module")
-def tiny_data() -> ft.NewsData:
-    return ft.load_data(ft.profile_config("quick", **TINY_CFG))
+def tiny_data() -> newsgroups.NewsData:
+    return newsgroups.load_data(finetune_config.profile_config("quick", **TINY_CFG))
 
 
 @needs_data
 def test_command_writes_metrics_weights_and_hf_export(runs):
     out, log = runs["a"], runs["log_a"]
     assert "profile=quick" in log and "[finetune] epoch 1/" in log
-    for name in ("metrics.json", "model.safetensors", ft.CHECKPOINT, "hf/config.json", "hf/model.safetensors",
-                 "hf/tokenizer.json", "hf/tokenizer_config.json"):
+    for name in ("metrics.json", "model.safetensors", checkpoint.CHECKPOINT, "hf/config.json",
+                 "hf/model.safetensors", "hf/tokenizer.json", "hf/tokenizer_config.json"):
         assert (out / name).is_file(), f"{name} missing"
     m = json.loads((out / "metrics.json").read_text())
     assert METRIC_KEYS <= m.keys(), f"missing keys: {METRIC_KEYS - m.keys()}"
@@ -100,15 +108,15 @@ def test_command_writes_metrics_weights_and_hf_export(runs):
     assert round(m["accuracy"] * 40, 6).is_integer(), m["accuracy"]
     assert m["macro_f1"] == pytest.approx(np.mean(list(m["per_class_f1"].values())), abs=1e-12)
     assert m["wall_time_s"] > 0 and m["tokens_per_s"] > 0 and m["truncation"] == "head_tail"
-    assert m["command"] == shlex.join(["python", "-m", "bertlib.finetune", "--out", str(out), *runs["args"]])
-    names = bertlib.data.load_20newsgroups("train").target_names
+    assert m["command"] == shlex.join(["python", "-m", "bertlib.training.finetune", "--out", str(out), *runs["args"]])
+    names = bertlib.data.corpus.load_20newsgroups("train").target_names
     assert list(m["per_class_f1"]) == names
     assert len(m["history"]) == 1 and {"train_loss", "val_loss", "val_accuracy"} <= m["history"][0].keys()
     config = json.loads((out / "hf/config.json").read_text())
     assert config["architectures"] == ["BertForSequenceClassification"]
     assert config["id2label"] == {str(i): n for i, n in enumerate(names)}
     # bfloat16 autocast where the CPU multiplies bfloat16 natively (--bf16 auto), and the name of the model, not a path
-    assert m["precision"] == ("bf16 autocast" if bertlib.runtime.bf16_supported("cpu") else "float32")
+    assert m["precision"] == ("bf16 autocast" if bertlib.model.runtime.bf16_supported("cpu") else "float32")
     assert "/" not in m["model"], m["model"]
     # every test post's predicted class, in the order of the test posts, beside their true classes
     pred = m["test_predictions"]
@@ -140,7 +148,7 @@ def test_resume_reaches_the_same_metrics(runs):
 
 @needs_data
 def test_checkpoint_holds_everything_a_resume_needs(runs):
-    ckpt = ft.load_checkpoint(runs["b"] / ft.CHECKPOINT)
+    ckpt = checkpoint.load_checkpoint(runs["b"] / checkpoint.CHECKPOINT)
     assert {"model", "optimizer", "scheduler", "state", "rng_ranks", "config"} <= ckpt.keys()
     assert len(ckpt["rng_ranks"]) == 1 and {"torch", "numpy", "python"} <= ckpt["rng_ranks"][0].keys()
     assert ckpt["state"]["step"] == 6 and ckpt["state"]["finished"] and ckpt["state"]["segments"] == 2
@@ -151,7 +159,7 @@ def test_checkpoint_holds_everything_a_resume_needs(runs):
 
 @needs_data
 def test_resume_refuses_a_checkpoint_of_other_settings(runs, tiny_pretrained, tiny_data, tiny_cfg):
-    cfg = ft.profile_config("quick", **{**tiny_cfg, "seed": 4})
+    cfg = finetune_config.profile_config("quick", **{**tiny_cfg, "seed": 4})
     with pytest.raises(ValueError, match="other settings.*'seed': \\(3, 4\\)"):
         ft.train(cfg, runs["b"], data=tiny_data, pretrained=tiny_pretrained, verbose=False)
 
@@ -161,22 +169,24 @@ def test_resume_reads_settings_newer_than_the_checkpoint_as_defaults(runs, tiny_
                                                                     tmp_path):
     """A checkpoint written before a setting existed (here the window settings) resumes when the run keeps the
     setting's default, and is refused when it does not."""
-    from bertlib import checkpoint
+    from bertlib.training import checkpoint
 
     out = shutil.copytree(runs["b"], tmp_path / "older")
-    ckpt = ft.load_checkpoint(out / ft.CHECKPOINT)
+    ckpt = checkpoint.load_checkpoint(out / checkpoint.CHECKPOINT)
     for key in ("eval_windows", "window_stride", "window_pool"):
         del ckpt["config"][key]
-    checkpoint.save(ckpt, out / ft.CHECKPOINT)
-    ft.train(ft.profile_config("quick", **tiny_cfg), out, data=tiny_data, pretrained=tiny_pretrained, export=False,
+    checkpoint.save(ckpt, out / checkpoint.CHECKPOINT)
+    ft.train(finetune_config.profile_config("quick", **tiny_cfg), out, data=tiny_data, pretrained=tiny_pretrained,
+    export=False,
              verbose=False)
     with pytest.raises(ValueError, match="other settings.*window_pool"):
-        ft.train(ft.profile_config("quick", **tiny_cfg, window_pool="max"), out, data=tiny_data,
+        ft.train(finetune_config.profile_config("quick", **tiny_cfg, window_pool="max"), out, data=tiny_data,
                  pretrained=tiny_pretrained, verbose=False)
 
 
-def _our_classifier(pretrained, weights: Path, n_labels: int) -> bertlib.BertClassifier:
-    model = bertlib.BertClassifier(pretrained.state_dict, pretrained.config, n_labels, attn_implementation="eager")
+def _our_classifier(pretrained, weights: Path, n_labels: int) -> bertlib.tasks.classifier.BertClassifier:
+    model = bertlib.tasks.classifier.BertClassifier(pretrained.state_dict, pretrained.config, n_labels,
+                                                    attn_implementation="eager")
     model.load_state_dict(load_file(str(weights)), strict=True)
     return model.to(DEVICE).eval()
 
@@ -187,8 +197,8 @@ def test_pipeline_returns_bertlib_label_and_score(runs, tiny_pretrained, tiny_da
     pretrained = tiny_pretrained
     texts = tiny_data.test.texts[:8]  # real posts, longer than 64 tokens: both sides cut at the head
     ours = _our_classifier(pretrained, runs["a"] / "model.safetensors", len(tiny_data.label_names))
-    seqs = ft.encode(pretrained.tokenizer, texts, 64, "head")
-    probs = ft.predict_logits(ours, seqs, pretrained.tokenizer.pad_token_id, device=DEVICE).softmax(-1)
+    seqs = newsgroups.encode(pretrained.tokenizer, texts, 64, "head")
+    probs = inference.predict_logits(ours, seqs, pretrained.tokenizer.pad_token_id, device=DEVICE).softmax(-1)
     pipe = transformers.pipeline("text-classification", model=str(runs["a"] / "hf"), device=DEVICE)
     theirs = pipe(texts, truncation=True, max_length=64)
     top2 = probs.topk(2, dim=-1).values
@@ -201,7 +211,8 @@ def test_pipeline_returns_bertlib_label_and_score(runs, tiny_pretrained, tiny_da
 @needs_data
 def test_from_pretrained_logits_equal_ours(runs, tiny_pretrained, tiny_data):
     pretrained = tiny_pretrained
-    texts = tiny_data.test.texts[8:12] + bertlib.data.example_sentences(2, seed=1)  # long posts and short sentences
+    # long posts and short sentences
+    texts = tiny_data.test.texts[8:12] + bertlib.data.corpus.example_sentences(2, seed=1)
     ours = _our_classifier(pretrained, runs["a"] / "model.safetensors", len(tiny_data.label_names))
     hf = transformers.BertForSequenceClassification.from_pretrained(runs["a"] / "hf", attn_implementation="eager")
     hf = hf.to(DEVICE).eval()
@@ -217,29 +228,29 @@ def test_from_pretrained_logits_equal_ours(runs, tiny_pretrained, tiny_data):
 def test_head_truncation_is_the_tokenizers(pretrained):
     tok = pretrained.tokenizer
     texts = ["word " * 300, "a short post.", "x " * 62]
-    ours = ft.encode(tok, texts, 64, "head")
+    ours = newsgroups.encode(tok, texts, 64, "head")
     assert ours == tok(texts, truncation=True, max_length=64)["input_ids"]
 
 
 def test_head_tail_keeps_both_ends():
     body = list(range(1000, 2000))
-    ids = ft.truncate(body, 512, "head_tail", cls_id=101, sep_id=102)
+    ids = newsgroups.truncate(body, 512, "head_tail", cls_id=101, sep_id=102)
     assert len(ids) == 512 and ids[0] == 101 and ids[-1] == 102
     assert ids[1:129] == body[:128] and ids[129:-1] == body[-382:]  # Sun et al.: 128 + 382
-    short = ft.truncate(body[:10], 512, "head_tail", 101, 102)
+    short = newsgroups.truncate(body[:10], 512, "head_tail", 101, 102)
     assert short == [101, *body[:10], 102]
-    assert ft.head_tokens(128) == 32 and len(ft.truncate(body, 128, "head_tail", 101, 102)) == 128
+    assert newsgroups.head_tokens(128) == 32 and len(newsgroups.truncate(body, 128, "head_tail", 101, 102)) == 128
     with pytest.raises(ValueError, match="truncation"):
-        ft.truncate(body, 64, "middle", 101, 102)
+        newsgroups.truncate(body, 64, "middle", 101, 102)
 
 
 def test_epoch_batches_are_a_pure_function_of_seed_and_epoch():
     lengths = np.random.default_rng(0).integers(5, 500, size=1003)
-    b0 = ft.epoch_batches(lengths, 16, seed=7, epoch=0, bucket_batches=10)
-    again = ft.epoch_batches(lengths, 16, seed=7, epoch=0, bucket_batches=10)
+    b0 = data_batches.epoch_batches(lengths, 16, seed=7, epoch=0, bucket_batches=10)
+    again = data_batches.epoch_batches(lengths, 16, seed=7, epoch=0, bucket_batches=10)
     assert all(np.array_equal(x, y) for x, y in zip(b0, again, strict=True))
     assert sorted(np.concatenate(b0).tolist()) == list(range(1003)), "every post exactly once"
-    b1 = ft.epoch_batches(lengths, 16, seed=7, epoch=1, bucket_batches=10)
+    b1 = data_batches.epoch_batches(lengths, 16, seed=7, epoch=1, bucket_batches=10)
     assert not all(np.array_equal(x, y) for x, y in zip(b0, b1, strict=True)), "another epoch, another order"
 
     def padding(bs):
@@ -250,7 +261,7 @@ def test_epoch_batches_are_a_pure_function_of_seed_and_epoch():
 
 
 def test_schedule_warms_up_then_decays():
-    f = ft.linear_schedule(warmup=10, total=100)
+    f = optimization.linear_schedule(warmup=10, total=100)
     values = [f(s) for s in range(101)]
     assert values[0] == 0 < values[9] < 1.0 and values[10] == 1.0 and values[100] == 0.0
     assert all(a >= b for a, b in zip(values[10:], values[11:], strict=False))
@@ -258,8 +269,8 @@ def test_schedule_warms_up_then_decays():
 
 def test_no_weight_decay_on_biases_and_layernorm(pretrained):
     """The groups hold named parameters where BERT puts them (checked by name, not by the code's own rule)."""
-    model = bertlib.BertClassifier(pretrained.state_dict, pretrained.config, 3)
-    cfg = ft.profile_config("quick", weight_decay=0.01, lr=1e-4, head_lr=1e-3)
+    model = bertlib.tasks.classifier.BertClassifier(pretrained.state_dict, pretrained.config, 3)
+    cfg = finetune_config.profile_config("quick", weight_decay=0.01, lr=1e-4, head_lr=1e-3)
     names = {id(p): n for n, p in model.named_parameters()}
     groups = ft.make_optimizer(model, cfg).param_groups
     assert sorted(names[id(p)] for g in groups for p in g["params"]) == sorted(names.values()), "each once"
@@ -291,7 +302,7 @@ FOUR = ["comp.graphics", "rec.sport.hockey", "sci.med", "talk.politics.mideast"]
 
 
 def _four_classes(split: str) -> tuple[list[str], np.ndarray]:
-    ds = bertlib.data.load_20newsgroups(split)
+    ds = bertlib.data.corpus.load_20newsgroups(split)
     ids = [ds.target_names.index(c) for c in FOUR]
     keep = np.flatnonzero(np.isin(ds.target, ids))
     return [ds.data[i] for i in keep], np.array([ids.index(ds.target[i]) for i in keep])
@@ -303,9 +314,10 @@ def test_training_learns_four_classes(pretrained, tmp_path):
     """15 steps (batch 16, 64 tokens) on 79 posts of four newsgroups, scored on 80 held-out test posts. Measured
     test accuracy over seeds 0-7 (seed = data_seed, torch 1 thread): 0.5875 to 0.7875, seed 3: 0.6625 (also with
     2 threads: seed 0 0.6625 at 1 and 2). Chance is 0.25; the bound 0.45 leaves 0.14 below the worst seed."""
-    cfg = ft.profile_config("quick", train_size=88, test_size=80, max_length=64, max_steps=15, epochs=100, seed=3,
+    cfg = finetune_config.profile_config("quick", train_size=88, test_size=80, max_length=64, max_steps=15,
+    epochs=100, seed=3,
                             data_seed=3, checkpoint_every=1000, device="cpu")
-    data = ft.split_data(*_four_classes("train"), *_four_classes("test"), FOUR, cfg)
+    data = newsgroups.split_data(*_four_classes("train"), *_four_classes("test"), FOUR, cfg)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -320,17 +332,17 @@ def test_training_learns_four_classes(pretrained, tmp_path):
 
 
 def test_profiles_and_bad_settings():
-    quick, full = ft.profile_config("quick"), ft.profile_config("full")
+    quick, full = finetune_config.profile_config("quick"), finetune_config.profile_config("full")
     assert quick.train_size and quick.max_length <= 128 and full.train_size is None and full.max_length == 512
-    assert ft.profile_config("quick", seed=None).seed == 0  # None means "the profile's value"
+    assert finetune_config.profile_config("quick", seed=None).seed == 0  # None means "the profile's value"
     with pytest.raises(ValueError, match="profile"):
-        ft.profile_config("medium")
+        finetune_config.profile_config("medium")
     with pytest.raises(ValueError, match="truncation"):
-        ft.profile_config("quick", truncation="tail")
+        finetune_config.profile_config("quick", truncation="tail")
 
 
 def test_export_rejects_wrong_label_names(pretrained, tmp_path):
-    model = bertlib.BertClassifier(pretrained.state_dict, pretrained.config, 3)
+    model = bertlib.tasks.classifier.BertClassifier(pretrained.state_dict, pretrained.config, 3)
     with pytest.raises(ValueError, match="label names"):
         export_hf(model, pretrained.tokenizer, ["a", "b"], tmp_path)
     with pytest.raises(ValueError, match="unique"):
@@ -357,41 +369,43 @@ def _tiny_config(**overrides) -> transformers.BertConfig:
     return transformers.BertConfig(**{**values, **overrides})
 
 
-def _tiny_classifier(seed: int = 0, **config) -> bertlib.BertClassifier:
-    from bertlib.pretraining import init_state_dict
+def _tiny_classifier(seed: int = 0, **config) -> bertlib.tasks.classifier.BertClassifier:
+    from bertlib.training.pretraining import init_state_dict
 
     config = _tiny_config(**config)
-    return bertlib.BertClassifier(init_state_dict(config, seed=seed, heads=False), config, 3, seed=seed)
+    return bertlib.tasks.classifier.BertClassifier(init_state_dict(config, seed=seed, heads=False), config, 3,
+                                                   seed=seed)
 
 
 def _tiny_batch(seed: int = 0) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     seqs = [[2, *torch.randint(5, 40, (n,), generator=g).tolist(), 3] for n in (9, 4, 12, 6)]
-    return ft.collate(seqs, 0, "cpu"), torch.tensor([0, 2, 1, 2])
+    return data_batches.collate(seqs, 0, "cpu"), torch.tensor([0, 2, 1, 2])
 
 
 def test_checkpoint_with_a_pickled_object_is_refused(tmp_path):
     marker = tmp_path / "code-ran"
-    legacy = tmp_path / ft.LEGACY_CHECKPOINT
+    legacy = tmp_path / checkpoint.LEGACY_CHECKPOINT
     torch.save({"model": {}, "run": _Planted(marker)}, legacy)
     with pytest.raises(ValueError, match="pickled checkpoint"):
-        ft.load_checkpoint(tmp_path / ft.CHECKPOINT)
-    legacy.rename(tmp_path / ft.CHECKPOINT)  # the same pickle under the new name
+        checkpoint.load_checkpoint(tmp_path / checkpoint.CHECKPOINT)
+    legacy.rename(tmp_path / checkpoint.CHECKPOINT)  # the same pickle under the new name
     with pytest.raises(ValueError, match="not a bertlib checkpoint"):
-        ft.load_checkpoint(tmp_path / ft.CHECKPOINT)
+        checkpoint.load_checkpoint(tmp_path / checkpoint.CHECKPOINT)
     assert not marker.exists(), "loading the checkpoint ran code from it"
-    (tmp_path / ft.CHECKPOINT).rename(legacy)
+    (tmp_path / checkpoint.CHECKPOINT).rename(legacy)
     torch.load(legacy, weights_only=False)  # what the old loader did: the planted call runs
     assert marker.exists()
 
 
 def test_train_refuses_an_old_pickled_checkpoint(tmp_path, tiny_pretrained):
     marker = tmp_path / "code-ran"
-    torch.save({"run": _Planted(marker)}, tmp_path / ft.LEGACY_CHECKPOINT)
+    torch.save({"run": _Planted(marker)}, tmp_path / checkpoint.LEGACY_CHECKPOINT)
     texts = [f"post number {i} about topic {i % 20}" for i in range(60)]
     labels = np.arange(60) % 20
-    cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1, device="cpu")
-    data = ft.split_data(texts, labels, texts[:20], labels[:20], [f"c{i}" for i in range(20)], cfg)
+    cfg = finetune_config.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1,
+    device="cpu")
+    data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], [f"c{i}" for i in range(20)], cfg)
     with pytest.raises(ValueError, match="pickled checkpoint"):
         ft.train(cfg, tmp_path, data=data, pretrained=tiny_pretrained, export=False, verbose=False)
     assert not marker.exists()
@@ -400,7 +414,7 @@ def test_train_refuses_an_old_pickled_checkpoint(tmp_path, tiny_pretrained):
 def test_resuming_from_a_checkpoint_continues_exactly(tmp_path):
     """Two steps straight, against one step, a checkpoint, a fresh model/optimiser/schedule restored from it, and
     the second step: the same weights, optimiser moments and learning rate."""
-    cfg = ft.profile_config("quick", lr=1e-3, head_lr=1e-2, warmup_ratio=0.5)
+    cfg = finetune_config.profile_config("quick", lr=1e-3, head_lr=1e-2, warmup_ratio=0.5)
     batches = [_tiny_batch(0), _tiny_batch(1)]
 
     def fresh():
@@ -413,15 +427,17 @@ def test_resuming_from_a_checkpoint_continues_exactly(tmp_path):
         ft.train_step(straight[0], batch, labels, straight[1], straight[2])
     first = fresh()
     ft.train_step(first[0], *batches[0], first[1], first[2])
-    state = ft.TrainState(step=1, loss_curve=[0.5])
-    ft.save_checkpoint(tmp_path / ft.CHECKPOINT, model=first[0], optimizer=first[1], scheduler=first[2],
-                       state=state, cfg=cfg, rng_ranks=[bertlib.checkpoint.rng_state()])
-    ckpt = ft.load_checkpoint(tmp_path / ft.CHECKPOINT)
+    state = finetune_state.TrainState(step=1, loss_curve=[0.5])
+    checkpoint.save_checkpoint(tmp_path / checkpoint.CHECKPOINT, model=first[0], optimizer=first[1],
+                                        scheduler=first[2], state=state, cfg=cfg,
+                                        rng_ranks=[checkpoint.rng_state()])
+    ckpt = checkpoint.load_checkpoint(tmp_path / checkpoint.CHECKPOINT)
     resumed = fresh()
     resumed[0].load_state_dict(ckpt["model"])
     resumed[1].load_state_dict(ckpt["optimizer"])
     resumed[2].load_state_dict(ckpt["scheduler"])
-    assert ft.TrainState(**ckpt["state"]) == state and ft.FinetuneConfig(**ckpt["config"]) == cfg
+    assert finetune_state.TrainState(**ckpt["state"]) == state
+    assert finetune_config.FinetuneConfig(**ckpt["config"]) == cfg
     ft.train_step(resumed[0], *batches[1], resumed[1], resumed[2])
     for (name, a), b in zip(straight[0].state_dict().items(), resumed[0].state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, atol=0, rtol=0, msg=name)
@@ -432,7 +448,7 @@ def test_resuming_from_a_checkpoint_continues_exactly(tmp_path):
 
 def test_train_step_is_the_step_written_out():
     """forward → cross-entropy → backward → clip → AdamW → schedule, by hand, equals ft.train_step."""
-    cfg = ft.profile_config("quick", lr=1e-3, head_lr=1e-2, max_grad_norm=0.5, warmup_ratio=0.0)
+    cfg = finetune_config.profile_config("quick", lr=1e-3, head_lr=1e-2, max_grad_norm=0.5, warmup_ratio=0.0)
     batch, labels = _tiny_batch(0)
     ours, mine = _tiny_classifier(), _tiny_classifier()
     opt = ft.make_optimizer(ours, cfg)
@@ -452,11 +468,10 @@ def test_train_step_is_the_step_written_out():
 
 def test_bf16_setting_follows_the_hardware(monkeypatch):
     """auto: bfloat16 where the device multiplies it natively; on: an error elsewhere; off: never."""
-    from bertlib import finetune_config
 
     cpu = torch.device("cpu")
     assert not ft.use_bf16("off", cpu)
-    assert ft.use_bf16("auto", cpu) == bertlib.runtime.bf16_supported(cpu)
+    assert ft.use_bf16("auto", cpu) == bertlib.model.runtime.bf16_supported(cpu)
     monkeypatch.setattr(finetune_config, "bf16_supported", lambda device: False)
     assert not ft.use_bf16("auto", cpu)
     with pytest.raises(ValueError, match="does not multiply bfloat16 natively"):
@@ -465,11 +480,11 @@ def test_bf16_setting_follows_the_hardware(monkeypatch):
     assert ft.use_bf16("on", cpu) and ft.use_bf16("auto", cpu)
 
 
-@pytest.mark.skipif(not bertlib.runtime.bf16_supported("cpu"), reason="this CPU has no native bfloat16")
+@pytest.mark.skipif(not bertlib.model.runtime.bf16_supported("cpu"), reason="this CPU has no native bfloat16")
 def test_bf16_step_keeps_float32_weights_gradients_and_adam_state():
     """Under bfloat16 autocast the step's loss is within bfloat16's budget of float32's, and everything the
     optimizer keeps (weights, gradients, AdamW's two averages) stays float32."""
-    cfg = ft.profile_config("quick", lr=1e-3, head_lr=1e-2, warmup_ratio=0.0)
+    cfg = finetune_config.profile_config("quick", lr=1e-3, head_lr=1e-2, warmup_ratio=0.0)
     batch, labels = _tiny_batch(0)
     losses, states = {}, {}
     for bf16 in (False, True):
@@ -494,12 +509,13 @@ def test_bf16_step_keeps_float32_weights_gradients_and_adam_state():
 
 
 def test_command_line_comes_from_the_config():
-    cfg, cmd = ft.parse_args(["--profile", "full", "--out", "x", "--max-length", "256", "--head_lr", "5e-4",
+    cfg, cmd = finetune_config.parse_args(["--profile", "full", "--out", "x", "--max-length", "256", "--head_lr",
+    "5e-4",
                               "--remove-headers", "--no-export"])
-    assert cfg == ft.profile_config("full", max_length=256, head_lr=5e-4, remove_headers=True)
+    assert cfg == finetune_config.profile_config("full", max_length=256, head_lr=5e-4, remove_headers=True)
     assert (cmd.out, cmd.no_export, cmd.stop_after_steps) == ("x", True, None)
-    cfg, cmd = ft.parse_args(["--profile", "quick", "--out", "y", "--all-data"])
-    assert (cfg.train_size, cfg.test_size, cfg.epochs) == (None, None, ft.FinetuneConfig().epochs)
+    cfg, cmd = finetune_config.parse_args(["--profile", "quick", "--out", "y", "--all-data"])
+    assert (cfg.train_size, cfg.test_size, cfg.epochs) == (None, None, finetune_config.FinetuneConfig().epochs)
 
 
 def test_command_line_names_bad_values(capsys):
@@ -507,16 +523,16 @@ def test_command_line_names_bad_values(capsys):
                           (["--out", "x", "--max-length", "4"], "max_length must be at least 8"),
                           (["--max-length", "64"], "--out")]:
         with pytest.raises(SystemExit):
-            ft.parse_args(argv)
+            finetune_config.parse_args(argv)
         assert message in capsys.readouterr().err
 
 
 def test_help_lists_every_setting(capsys):
     with pytest.raises(SystemExit) as exit_:
-        ft.parse_args(["--help"])
+        finetune_config.parse_args(["--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    for f in dataclasses.fields(ft.FinetuneConfig) + dataclasses.fields(ft.CommandArgs):
+    for f in dataclasses.fields(finetune_config.FinetuneConfig) + dataclasses.fields(finetune_config.CommandArgs):
         assert f"--{f.name.replace('_', '-')}" in out or f"--{f.name}" in out, f.name
 
 
@@ -553,9 +569,9 @@ BAD_SETTINGS = [
                                                                    for o, _ in BAD_SETTINGS])
 def test_bad_settings_are_refused_with_a_clear_error(overrides, message):
     with pytest.raises(ValueError, match=message):
-        ft.profile_config("quick", **overrides)
+        finetune_config.profile_config("quick", **overrides)
     with pytest.raises(ValueError, match=message):  # the dataclass itself, not only profile_config
-        ft.FinetuneConfig(**overrides)
+        finetune_config.FinetuneConfig(**overrides)
 
 
 def test_max_steps_caps_the_run_and_none_means_the_epochs(tiny_pretrained, tmp_path):
@@ -565,8 +581,8 @@ def test_max_steps_caps_the_run_and_none_means_the_epochs(tiny_pretrained, tmp_p
     common = dict(train_size=None, test_size=None, max_length=16, batch_size=8, epochs=1, device="cpu",
                   checkpoint_every=1000)
     for max_steps in (1, None):
-        cfg = ft.profile_config("quick", **common, max_steps=max_steps)
-        data = ft.split_data(texts, labels, texts[:8], labels[:8], ["a", "b", "c", "d"], cfg)
+        cfg = finetune_config.profile_config("quick", **common, max_steps=max_steps)
+        data = newsgroups.split_data(texts, labels, texts[:8], labels[:8], ["a", "b", "c", "d"], cfg)
         result = ft.train(cfg, tmp_path / str(max_steps), data=data, pretrained=tiny_pretrained, export=False,
                           verbose=False)
         one_epoch = -(-len(data.train) // 8)  # 43 training posts (5 held out) in batches of 8: 6 steps
@@ -579,7 +595,7 @@ def test_max_steps_caps_the_run_and_none_means_the_epochs(tiny_pretrained, tmp_p
 def test_padding_row_gets_no_gradient_as_in_hugging_face():
     """With no attention mask, [PAD] tokens reach the loss. HF's padding_idx keeps the [PAD] embedding's gradient
     at zero; ours must too, and every other row's gradient must match HF's."""
-    from bertlib.export import to_hf_classifier
+    from bertlib.tasks.export import to_hf_classifier
 
     ours = _tiny_classifier().eval()
     hf = to_hf_classifier(ours, ["a", "b", "c"]).eval()

@@ -1,4 +1,5 @@
-"""head_mask in bertlib.bert_forward and bertlib.head_pruning (chapter 13): masking by value-row scaling, eager vs
+"""head_mask in bertlib.bert_forward and bertlib.variants.head_pruning (chapter 13): masking by value-row scaling,
+eager vs
 sdpa, pruning == masking (random float64 model and the embedded checkpoint), pruned weights in a transformers 5.x
 BertModel with smaller Linear layers, parameter counts, the importance gradient against finite differences."""
 
@@ -12,7 +13,7 @@ from torch import nn
 from torch.testing import assert_close
 
 import bertlib
-from bertlib import head_pruning as HP
+from bertlib.variants import head_pruning as HP
 from helpers import random_inputs, random_model
 
 F64 = bertlib.tolerance("cpu", torch.float64)  # these models run on the CPU

@@ -1,4 +1,5 @@
-"""bertlib.heads (chapter 15): every task head and its loss against the transformers class holding the same weights,
+"""bertlib.tasks.heads (chapter 15): every task head and its loss against the transformers class holding the same
+weights,
 on the encoder output of ``bertlib.bert_forward`` (causal for ``BertLMHeadModel``). The causal mask itself and the
 refusal of cross-attention are tested with the encoder, in test_hf_semantics.py."""
 
@@ -18,7 +19,7 @@ from transformers import (
 )
 
 import bertlib
-from bertlib import heads as H
+from bertlib.tasks import heads as H
 from helpers import random_inputs
 
 F32 = bertlib.tolerance("cpu", torch.float32)

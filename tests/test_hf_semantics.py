@@ -17,7 +17,7 @@ from torch.testing import assert_close
 from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification, BertForTokenClassification
 
 import bertlib
-from bertlib import head_pruning as HP
+from bertlib.variants import head_pruning as HP
 from helpers import random_inputs, random_model
 
 F64 = bertlib.tolerance("cpu", torch.float64)
@@ -212,15 +212,15 @@ def test_check_false_gives_the_same_numbers(pretrained, real_batch):
 
 
 def test_one_layer_loop():
-    """The package runs its layers in one place (bertlib.encoder.encoder); every other module reaches them through
-    it (numpy_bert, chapter 12's NumPy port, is the exception by design)."""
+    """The package runs its layers in one place (bertlib.model.encoder.encoder); every other module reaches them
+    through it (numpy_bert, chapter 12's NumPy port, is the exception by design)."""
     import ast
     from pathlib import Path
 
     root = Path(bertlib.__file__).parent
     steps = {"encoder_layer", "self_attention", "attention_output", "feed_forward", "attention_head"}
     loops = []
-    for path in sorted(root.glob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.For):
                 iters = [node.iter]

@@ -1,4 +1,5 @@
-"""bertlib.notebook: in a live notebook, bertviz's views load require.js, d3 and jQuery from node_modules, not from
+"""bertlib.course.notebook: in a live notebook, bertviz's views load require.js, d3 and jQuery from node_modules, not
+from
 CDNs (the browser test tests/browser/test_lab_offline.py proves they draw in JupyterLab with the network blocked)."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import re
 import pytest
 import torch
 
-from bertlib import notebook
+from bertlib.course import bertviz_assets, notebook
 
 pytest.importorskip("IPython")
 bertviz = pytest.importorskip("bertviz")
@@ -24,7 +25,7 @@ def _shell():
 def _assets():
     assets = notebook.vendored_assets()
     if assets is None:
-        pytest.skip(f"no npm copies in {notebook.node_modules_dir()}: run `npm ci` (make book / make lab do)")
+        pytest.skip(f"no npm copies in {bertviz_assets.node_modules_dir()}: run `npm ci` (make book / make lab do)")
     return assets
 
 
@@ -32,7 +33,7 @@ def _assets():
 def test_every_cdn_load_in_a_bertviz_view_is_replaced(view):
     attention = [torch.rand(1, 2, 4, 4).softmax(-1) for _ in range(2)]
     html = getattr(bertviz, view)(attention, ["[CLS]", "a", "b", "[SEP]"], html_action="return").data
-    assert _LOAD.search(html), f"bertviz {view} no longer loads from a CDN: update bertlib/notebook.py"
+    assert _LOAD.search(html), f"bertviz {view} no longer loads from a CDN: update bertlib/course/notebook.py"
     new, n = notebook.inline_assets(html, _assets())
     assert n == 3 and not _LOAD.search(new)
     assert new.count("data:text/javascript;base64,") == 2 and "<script>" in new
@@ -42,7 +43,7 @@ def test_formatters_rewrite_what_bertviz_displays(monkeypatch):
     from IPython.display import HTML, Javascript
 
     _assets()
-    monkeypatch.delenv(notebook.ASSETS_ENV, raising=False)
+    monkeypatch.delenv(bertviz_assets.ASSETS_ENV, raising=False)
     shell = _shell()
     try:
         assert notebook.use_vendored_bertviz_assets(shell) == "inline"
@@ -62,17 +63,17 @@ def test_formatters_rewrite_what_bertviz_displays(monkeypatch):
 
 def test_modes(monkeypatch, tmp_path):
     shell = _shell()
-    monkeypatch.setenv(notebook.ASSETS_ENV, "cdn")
+    monkeypatch.setenv(bertviz_assets.ASSETS_ENV, "cdn")
     assert notebook.use_vendored_bertviz_assets(shell) == "cdn"
-    monkeypatch.setenv(notebook.ASSETS_ENV, "inline")
+    monkeypatch.setenv(bertviz_assets.ASSETS_ENV, "inline")
     monkeypatch.setenv("BERTLIB_NODE_MODULES", str(tmp_path))
     assert notebook.use_vendored_bertviz_assets(shell) == "missing"
     assert notebook.use_vendored_bertviz_assets(object()) == "no-ipython"
-    monkeypatch.setenv(notebook.ASSETS_ENV, "online")
+    monkeypatch.setenv(bertviz_assets.ASSETS_ENV, "online")
     with pytest.raises(ValueError, match="BERTLIB_BERTVIZ_ASSETS='online': use one of inline, cdn"):
         notebook.use_vendored_bertviz_assets(shell)
 
 
 def test_the_book_build_keeps_cdn_urls_for_its_own_rewrite():
     offline = pytest.importorskip("bertbook.offline", reason="the book extras (sphinx) are not installed")
-    assert offline.BERTVIZ_ASSETS_ENV == notebook.ASSETS_ENV
+    assert offline.BERTVIZ_ASSETS_ENV == bertviz_assets.ASSETS_ENV

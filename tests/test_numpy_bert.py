@@ -1,4 +1,4 @@
-"""bertlib.numpy_bert (chapter 12): the NumPy float64 forward pass against bertlib (float64) and transformers.
+"""bertlib.variants.numpy_bert (chapter 12): the NumPy float64 forward pass against bertlib (float64) and transformers.
 
 Tolerances: NumPy float64 vs bertlib float64: 1e-10 (only float64 rounding differs; measured about 7e-15 on the
 embedded model). NumPy float64 vs HF float32: 2e-5, the book's float32 tolerance, since the difference is HF's
@@ -18,7 +18,7 @@ import torch
 from torch.testing import assert_close
 
 import bertlib
-import bertlib.numpy_bert as nb
+import bertlib.variants.numpy_bert as nb
 from helpers import DEVICE, random_inputs, random_model
 
 F64 = bertlib.tolerance(DEVICE, torch.float64)

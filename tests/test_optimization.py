@@ -1,5 +1,5 @@
-"""``bertlib.optimization``: the one optimiser recipe of fine-tuning (chapter 9) and pre-training (chapter 11), held
-against Hugging Face's own code: ``Trainer``'s weight-decay rule, ``get_linear_schedule_with_warmup`` and
+"""``bertlib.training.optimization``: the one optimiser recipe of fine-tuning (chapter 9) and pre-training (chapter
+11), held against Hugging Face's own code: ``Trainer``'s weight-decay rule, ``get_linear_schedule_with_warmup`` and
 ``TrainingArguments.get_warmup_steps``."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import torch
 from transformers import BertConfig, Trainer, TrainingArguments, get_linear_schedule_with_warmup
 
 import bertlib
-from bertlib import optimization as O
-from bertlib import pretraining as P
+import bertlib.tasks.classifier
+from bertlib.training import optimization as O
+from bertlib.training import pretraining as P
 
 CONFIG = BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=2, num_attention_heads=2, intermediate_size=16,
                     max_position_embeddings=16, pad_token_id=0)
@@ -21,7 +22,7 @@ CONFIG = BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=2, num_atten
 @pytest.mark.parametrize("kind", ["classifier", "pretraining"])
 def test_no_decay_rule_is_the_trainers(kind):
     if kind == "classifier":
-        model = bertlib.BertClassifier(P.init_state_dict(CONFIG, seed=0, heads=False), CONFIG, 3)
+        model = bertlib.tasks.classifier.BertClassifier(P.init_state_dict(CONFIG, seed=0, heads=False), CONFIG, 3)
     else:
         model = P.BertPretrainingModel(P.init_state_dict(CONFIG, seed=0), CONFIG)
     hf_decay = set(Trainer.get_decay_parameter_names(None, model))  # the method does not use `self`

@@ -1,7 +1,8 @@
-"""``bertlib.pipeline`` (chapter 10) stage by stage against the real ``transformers.pipeline("text-classification")``.
+"""``bertlib.tasks.pipeline`` (chapter 10) stage by stage against the real
+``transformers.pipeline("text-classification")``.
 
 One tiny exported classifier serves every test: the embedded model with a random 4-label head (weights scaled up
-so the probabilities are far from uniform and the labels far from ties), written by ``bertlib.export.export_hf``
+so the probabilities are far from uniform and the labels far from ties), written by ``bertlib.tasks.export.export_hf``
 and loaded back by the pipeline from the directory. No training and no data set: a few seconds of CPU.
 """
 
@@ -20,8 +21,10 @@ from transformers.pipelines.base import pad_collate_fn
 from transformers.pipelines.text_classification import softmax as hf_softmax
 
 import bertlib
-from bertlib import pipeline as bp
-from bertlib.export import export_hf
+import bertlib.tasks.classifier
+from bertlib.data import batches
+from bertlib.tasks import pipeline as bp
+from bertlib.tasks.export import export_hf
 from helpers import DEVICE
 
 LABELS = ["alpha", "beta", "gamma", "delta"]
@@ -37,13 +40,14 @@ TOL = bertlib.tolerance(DEVICE)
 
 
 @pytest.fixture(scope="module")
-def classifier(pretrained) -> bertlib.BertClassifier:
+def classifier(pretrained) -> bertlib.tasks.classifier.BertClassifier:
     """A random head that ranks the labels differently for each text, with logits of several units.
 
     The pooled vectors of different texts share a large common part, so a plain random head would rank the labels
     the same way for every text (and a test of sorting could pass by luck). The head's rows are random mixtures of
     the texts' *centred* pooled vectors instead."""
-    model = bertlib.BertClassifier(pretrained.state_dict, pretrained.config, len(LABELS), seed=1).to(DEVICE).eval()
+    model = bertlib.tasks.classifier.BertClassifier(pretrained.state_dict, pretrained.config, len(LABELS), seed=1)
+    model = model.to(DEVICE).eval()
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         batch = {k: v.to(DEVICE) for k, v in bp.preprocess(pretrained.tokenizer, TEXTS, MAX_LENGTH).items()}
@@ -139,7 +143,7 @@ def test_pad_batch_left_matches_the_collate_function(pretrained):
     tok.padding_side = "left"
     items = [tok(t, return_tensors="pt") for t in TEXTS[:3]]
     theirs = pad_collate_fn(tok, None)(items)
-    ours = bp.pad_batch([{k: v[0].tolist() for k, v in e.items()} for e in items], tok.pad_token_id, "left")
+    ours = batches.pad_batch([{k: v[0].tolist() for k, v in e.items()} for e in items], tok.pad_token_id, "left")
     for k in ours:
         torch.testing.assert_close(ours[k], theirs[k], atol=0, rtol=0)
     assert ours["attention_mask"][:, -1].all() and not ours["attention_mask"][:, 0].all()
@@ -198,7 +202,7 @@ def test_problem_type_switches_the_pipeline_to_sigmoid(pipe, classifier, pretrai
 def test_one_label_model_gets_a_sigmoid(pretrained, tmp_path):
     """A one-output classifier exported to disk loads in the pipeline (transformers 5 refuses a one-label config
     whose problem_type is single-label classification, so export_hf leaves it unset) and gets a sigmoid."""
-    one = bertlib.BertClassifier(pretrained.state_dict, pretrained.config, 1, seed=2).to(DEVICE).eval()
+    one = bertlib.tasks.classifier.BertClassifier(pretrained.state_dict, pretrained.config, 1, seed=2).to(DEVICE).eval()
     out = export_hf(one, pretrained.tokenizer, ["relevant"], tmp_path / "one")
     assert json.loads((out / "config.json").read_text()).get("problem_type") is None
     pipe1 = transformers.pipeline("text-classification", model=str(out), device=DEVICE)
@@ -260,9 +264,9 @@ def test_bad_input_is_refused(classifier, pretrained):
     with pytest.raises(ValueError, match="batch_size"):
         bp.classify(classifier, pretrained.tokenizer, TEXTS, LABELS, batch_size=0)
     with pytest.raises(ValueError, match="padding_side"):
-        bp.pad_batch([{"input_ids": [1, 2]}], 0, "middle")
+        batches.pad_batch([{"input_ids": [1, 2]}], 0, "middle")
     with pytest.raises(ValueError, match="same keys"):
-        bp.pad_batch([{"input_ids": [1]}, {"input_ids": [1], "attention_mask": [1]}], 0)
+        batches.pad_batch([{"input_ids": [1]}, {"input_ids": [1], "attention_mask": [1]}], 0)
 
 
 def test_postprocess_single_row_and_ties():

@@ -8,6 +8,7 @@ from torch.testing import assert_close
 from transformers import BertForSequenceClassification
 
 import bertlib
+import bertlib.tasks.classifier
 from helpers import random_inputs, random_model
 
 
@@ -46,7 +47,7 @@ def test_prefixed_checkpoint_is_normalised(tmp_path, pretrained):
 
 def test_classifier_matches_hf_sequence_classification():
     sd, config, _ = random_model(seed=5)
-    clf = bertlib.BertClassifier(sd, config, num_labels=3, seed=1).eval()
+    clf = bertlib.tasks.classifier.BertClassifier(sd, config, num_labels=3, seed=1).eval()
     ref = BertForSequenceClassification(config.__class__(**{**config.to_dict(), "num_labels": 3})).eval()
     ref.load_state_dict(clf.state_dict(), strict=True)  # same parameter names: bert.*, classifier.*
     batch = random_inputs(config, batch=3, seq=9, seed=2)
@@ -56,7 +57,7 @@ def test_classifier_matches_hf_sequence_classification():
 
 def test_classifier_dropout_only_in_training():
     sd, config, _ = random_model(seed=6)
-    clf = bertlib.BertClassifier(sd, config, num_labels=4)
+    clf = bertlib.tasks.classifier.BertClassifier(sd, config, num_labels=4)
     batch = random_inputs(config, batch=2, seq=8, seed=3)
     clf.eval()
     assert torch.equal(clf(**batch), clf(**batch))

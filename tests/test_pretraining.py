@@ -1,5 +1,5 @@
-"""bertlib.pretraining (chapter 11): vocabulary, masking statistics, NSP pairs, position encoding, the heads and
-loss against transformers.BertForPreTraining, and a short training run."""
+"""bertlib.training.pretraining (chapter 11): vocabulary, masking statistics, NSP pairs, position encoding, the heads
+and loss against transformers.BertForPreTraining, and a short training run."""
 
 from __future__ import annotations
 
@@ -14,7 +14,11 @@ from torch.testing import assert_close
 from transformers import BertConfig, BertForPreTraining
 
 import bertlib
-from bertlib import pretraining as P
+import bertlib.training.optimization
+from bertlib.data import pretraining_data
+from bertlib.model import runtime
+from bertlib.tasks import heads
+from bertlib.training import pretraining as P
 from helpers import random_inputs, random_model
 
 F32 = bertlib.tolerance("cpu", torch.float32)  # these models run on the CPU
@@ -25,13 +29,13 @@ F64 = bertlib.tolerance("cpu", torch.float64)
 
 def test_word_vocab():
     lines = ["The cat sat on the mat.", "The dog sat, too!"]
-    vocab = P.build_word_vocab(lines)
-    assert list(vocab)[:5] == list(P.SPECIALS) and list(vocab.values()) == list(range(len(vocab)))
+    vocab = pretraining_data.build_word_vocab(lines)
+    assert list(vocab)[:5] == list(pretraining_data.SPECIALS) and list(vocab.values()) == list(range(len(vocab)))
     assert list(vocab)[5:8] == ["the", "sat", "cat"]  # by frequency (3, 2, 1...), ties in order of first appearance
-    ids = P.encode_words("The bird sat.", vocab)
+    ids = pretraining_data.encode_words("The bird sat.", vocab)
     assert ids[0] == vocab["<sos>"] and ids[-1] == vocab["<eos>"]
     assert ids[1:-1] == [vocab["the"], vocab["<unk>"], vocab["sat"], vocab["."]]
-    assert P.simple_words("Don't panic, it's fine!") == ["don't", "panic", ",", "it's", "fine", "!"]
+    assert pretraining_data.simple_words("Don't panic, it's fine!") == ["don't", "panic", ",", "it's", "fine", "!"]
 
 
 # ---- (2) masking ----------------------------------------------------------------------------------------------------
@@ -47,9 +51,10 @@ def test_mask_tokens_proportions():
     attention = torch.ones_like(ids)
     attention[:, -18:] = 0  # padding: 18 per row
     ids[:, -18:] = 0
-    masked, labels = P.mask_tokens(ids, special, vocab_size, mask_id, 0.15, generator=g, attention_mask=attention)
+    masked, labels = pretraining_data.mask_tokens(ids, special, vocab_size, mask_id, 0.15, generator=g,
+                                                  attention_mask=attention)
     eligible = (special == 0) & (attention == 1)
-    chosen = labels != P.IGNORE_INDEX
+    chosen = labels != runtime.IGNORE_INDEX
     n_eligible, n_chosen = int(eligible.sum()), int(chosen.sum())
 
     def within(observed: float, p: float, n: int) -> None:
@@ -67,7 +72,7 @@ def test_mask_tokens_proportions():
     assert not chosen[~eligible].any()
     assert torch.equal(labels[chosen], ids[chosen])
     assert torch.equal(masked[~chosen], ids[~chosen])
-    assert (labels[~chosen] == P.IGNORE_INDEX).all()
+    assert (labels[~chosen] == runtime.IGNORE_INDEX).all()
 
 
 def test_mask_tokens_special_padding_and_seed(pretrained):
@@ -77,19 +82,20 @@ def test_mask_tokens_special_padding_and_seed(pretrained):
     ids, special = enc["input_ids"], enc["special_tokens_mask"]
     assert special[enc["attention_mask"] == 0].all()  # the tokenizer marks padding as special too
     for seed in range(20):
-        masked, labels = P.mask_tokens(ids, special, len(tok), tok.mask_token_id, 0.5,
+        masked, labels = pretraining_data.mask_tokens(ids, special, len(tok), tok.mask_token_id, 0.5,
                                        generator=torch.Generator().manual_seed(seed))
-        assert (labels[special.bool()] == P.IGNORE_INDEX).all()
+        assert (labels[special.bool()] == runtime.IGNORE_INDEX).all()
         assert torch.equal(masked[special.bool()], ids[special.bool()])
-    a = P.mask_tokens(ids, special, len(tok), tok.mask_token_id, generator=torch.Generator().manual_seed(7))
-    b = P.mask_tokens(ids, special, len(tok), tok.mask_token_id, generator=torch.Generator().manual_seed(7))
+    a, b = (pretraining_data.mask_tokens(ids, special, len(tok), tok.mask_token_id,
+                                         generator=torch.Generator().manual_seed(7)) for _ in range(2))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    everything = P.mask_tokens(ids, special, len(tok), tok.mask_token_id, 1.0, mask_fraction=1.0, random_fraction=0.0)
+    everything = pretraining_data.mask_tokens(ids, special, len(tok), tok.mask_token_id, 1.0, mask_fraction=1.0,
+                                              random_fraction=0.0)
     assert torch.equal(everything[0][~special.bool()], torch.full_like(ids[~special.bool()], tok.mask_token_id))
     with pytest.raises(ValueError, match="mask_fraction"):
-        P.mask_tokens(ids, special, len(tok), tok.mask_token_id, mask_fraction=0.95, random_fraction=0.1)
+        pretraining_data.mask_tokens(ids, special, len(tok), tok.mask_token_id, mask_fraction=0.95, random_fraction=0.1)
     with pytest.raises(ValueError, match="must match"):
-        P.mask_tokens(ids, special[:, :-1], len(tok), tok.mask_token_id)
+        pretraining_data.mask_tokens(ids, special[:, :-1], len(tok), tok.mask_token_id)
 
 
 # ---- (3) NSP pairs ----------------------------------------------------------------------------------------------
@@ -97,20 +103,20 @@ def test_mask_tokens_special_padding_and_seed(pretrained):
 def test_nsp_pairs():
     docs = [[f"d{d}s{i}" for i in range(n)] for d, n in enumerate([30, 1, 25, 40, 0, 35])]
     owner = {s: d for d, doc in enumerate(docs) for s in doc}
-    pairs = P.nsp_pairs(docs, np.random.default_rng(0))
+    pairs = pretraining_data.nsp_pairs(docs, np.random.default_rng(0))
     assert len(pairs) == sum(max(len(d) - 1, 0) for d in docs)
     for p in pairs:
         da, ia = owner[p.a], docs[owner[p.a]].index(p.a)
-        if p.label == P.IS_NEXT:
+        if p.label == pretraining_data.IS_NEXT:
             assert p.b == docs[da][ia + 1]
         else:
-            assert p.label == P.NOT_NEXT and owner[p.b] != da
+            assert p.label == pretraining_data.NOT_NEXT and owner[p.b] != da
     frac = np.mean([p.label for p in pairs])
     assert abs(frac - 0.5) < 4 * math.sqrt(0.25 / len(pairs))
-    again = P.nsp_pairs(docs, np.random.default_rng(0))
+    again = pretraining_data.nsp_pairs(docs, np.random.default_rng(0))
     assert [(p.a, p.b, p.label) for p in again] == [(p.a, p.b, p.label) for p in pairs]
     with pytest.raises(ValueError, match="at least two documents with 1 or more sentences"):
-        P.nsp_pairs([["a", "b"], []], np.random.default_rng(0))
+        pretraining_data.nsp_pairs([["a", "b"], []], np.random.default_rng(0))
 
 
 def test_nsp_pairs_of_several_sentences():
@@ -118,7 +124,7 @@ def test_nsp_pairs_of_several_sentences():
     another document (NotNext); strings are joined with a space, token lists concatenated."""
     docs = [[f"d{d}s{i}" for i in range(n)] for d, n in enumerate([30, 1, 25, 40, 3, 35])]
     k = 2
-    pairs = P.nsp_pairs(docs, np.random.default_rng(0), sentences_per_segment=k)
+    pairs = pretraining_data.nsp_pairs(docs, np.random.default_rng(0), sentences_per_segment=k)
     assert len(pairs) == sum(max(len(d) - 2 * k + 1, 0) for d in docs)
     for p in pairs:
         a, b = p.a.split(" "), p.b.split(" ")
@@ -128,17 +134,18 @@ def test_nsp_pairs_of_several_sentences():
         db, ib = int(b[0][1:b[0].index("s")]), None
         ib = docs[db].index(b[0])
         assert b == docs[db][ib:ib + k]                        # k consecutive sentences of one document
-        assert (db == da and ib == ia + k) if p.label == P.IS_NEXT else db != da
-    tokens = P.nsp_pairs([[[1, 2], [3], [4, 5], [6]], [[7], [8], [9]]], np.random.default_rng(1), 0.0, 2)
-    assert [(p.a, p.b, p.label) for p in tokens] == [([1, 2, 3], [4, 5, 6], P.IS_NEXT)]
+        assert (db == da and ib == ia + k) if p.label == pretraining_data.IS_NEXT else db != da
+    tokens = pretraining_data.nsp_pairs([[[1, 2], [3], [4, 5], [6]], [[7], [8], [9]]], np.random.default_rng(1), 0.0, 2)
+    assert [(p.a, p.b, p.label) for p in tokens] == [([1, 2, 3], [4, 5, 6], pretraining_data.IS_NEXT)]
     with pytest.raises(ValueError, match="sentences_per_segment must be at least 1"):
-        P.nsp_pairs(docs, np.random.default_rng(0), sentences_per_segment=0)
+        pretraining_data.nsp_pairs(docs, np.random.default_rng(0), sentences_per_segment=0)
 
 
 def test_tokenize_pairs_segments(pretrained):
     tok = pretrained.tokenizer
-    pairs = [P.NSPPair("the first segment.", "and the second one.", 0), P.NSPPair("short.", "also short.", 1)]
-    data = P.tokenize_pairs(pairs, tok, max_length=16)
+    pairs = [pretraining_data.NSPPair("the first segment.", "and the second one.", 0),
+             pretraining_data.NSPPair("short.", "also short.", 1)]
+    data = pretraining_data.tokenize_pairs(pairs, tok, max_length=16)
     assert data.input_ids.shape == (2, 16) and data.next_sentence_label.tolist() == [0, 1]
     row = data.input_ids[0][data.attention_mask[0].bool()]
     seps = (row == tok.sep_token_id).nonzero().flatten().tolist()
@@ -146,7 +153,7 @@ def test_tokenize_pairs_segments(pretrained):
     assert row[0] == tok.cls_token_id and len(seps) == 2 and seps[1] == len(row) - 1
     assert (types[: seps[0] + 1] == 0).all() and (types[seps[0] + 1:] == 1).all()
     assert data.special_tokens_mask[0][[0, seps[0], seps[1]]].all()
-    vocab = P.compact_vocab(data.input_ids[data.attention_mask.bool()], tok, 12)
+    vocab = pretraining_data.compact_vocab(data.input_ids[data.attention_mask.bool()], tok, 12)
     small = data.remap(vocab)
     assert small.vocab_size == vocab.size <= 12 and small.mask_token_id == vocab.mask_id
     kept = small.input_ids != vocab.unk_id
@@ -202,8 +209,8 @@ def test_heads_and_loss_equal_hf_random_model(overrides):
     sd, config, _ = random_model(seed=2, dtype=torch.float64, **overrides)
     model, ours_sd = hf_pretraining_twin(sd, config, seed=3)
     batch = random_inputs(config, batch=4, seq=13, seed=5)
-    masked, labels = P.mask_tokens(batch["input_ids"], 1 - batch["attention_mask"], config.vocab_size, 1, 0.3,
-                                   generator=torch.Generator().manual_seed(0))
+    masked, labels = pretraining_data.mask_tokens(batch["input_ids"], 1 - batch["attention_mask"], config.vocab_size,
+                                                  1, 0.3, generator=torch.Generator().manual_seed(0))
     batch["input_ids"] = masked
     nsl = torch.tensor([0, 1, 1, 0])
     with torch.no_grad():
@@ -223,7 +230,7 @@ def test_heads_and_loss_equal_hf_embedded_model(pretrained, real_batch):
     sd, config = pretrained.state_dict, pretrained.config
     model, ours_sd = hf_pretraining_twin({k: v.cpu() for k, v in sd.items()}, config, seed=4, dtype=torch.float32)
     batch = {k: v.cpu() for k, v in real_batch.items()}
-    masked, labels = P.mask_tokens(batch["input_ids"], 1 - batch["attention_mask"], config.vocab_size,
+    masked, labels = pretraining_data.mask_tokens(batch["input_ids"], 1 - batch["attention_mask"], config.vocab_size,
                                    pretrained.tokenizer.mask_token_id, generator=torch.Generator().manual_seed(1),
                                    attention_mask=batch["attention_mask"])
     labels[0, 1] = batch["input_ids"][0, 1]  # at least one label
@@ -243,7 +250,7 @@ def test_init_state_dict():
                         intermediate_size=32, max_position_embeddings=20, pad_token_id=0)
     sd = P.init_state_dict(config, seed=0)
     bertlib.check_state_dict(sd, config)
-    assert set(sd) == set(bertlib.expected_shapes(config)) | set(P.pretraining_head_shapes(config))
+    assert set(sd) == set(bertlib.expected_shapes(config)) | set(heads.pretraining_head_shapes(config))
     assert (sd["embeddings.word_embeddings.weight"][0] == 0).all()
     assert (sd["encoder.layer.0.output.LayerNorm.weight"] == 1).all() and (sd["cls.predictions.bias"] == 0).all()
     std = sd["encoder.layer.1.intermediate.dense.weight"].std().item()
@@ -269,7 +276,7 @@ def test_training_reduces_both_losses_and_exports_to_hf():
     ids = torch.cat([cls, a, sep, b, sep], 1)
     types = torch.cat([torch.zeros(n, half + 2), torch.ones(n, half + 1)], 1).long()
     special = (ids == 2) | (ids == 3)
-    data = P.PretrainingData(ids, types, torch.ones_like(ids), special.long(), label, vocab, 4)
+    data = pretraining_data.PretrainingData(ids, types, torch.ones_like(ids), special.long(), label, vocab, 4)
     config = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=ids.shape[1], pad_token_id=0)
     torch.manual_seed(0)
@@ -302,16 +309,16 @@ def test_train_step_is_the_step_written_out():
     n, vocab = 64, 40
     ids = torch.cat([torch.full((n, 1), 2), torch.randint(5, vocab, (n, 10), generator=g), torch.full((n, 1), 3)], 1)
     special = ((ids == 2) | (ids == 3)).long()
-    data = P.PretrainingData(ids, torch.zeros_like(ids), torch.ones_like(ids), special,
+    data = pretraining_data.PretrainingData(ids, torch.zeros_like(ids), torch.ones_like(ids), special,
                              torch.randint(2, (n,), generator=g), vocab, 4)
     config = BertConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=32, max_position_embeddings=12, pad_token_id=0, hidden_dropout_prob=0.0,
                         attention_probs_dropout_prob=0.0)
     lib = P.BertPretrainingModel(P.init_state_dict(config, seed=0), config).train()
     by_hand, via_pretrain = copy.deepcopy(lib), copy.deepcopy(lib)
-    batch = P.sample_batch(data, 16, torch.Generator().manual_seed(7))
-    opt = bertlib.optimization.adamw(lib, 1e-2, 0.01, eps=P.PRETRAIN_ADAM_EPS)
-    sched = bertlib.optimization.schedule(opt, 4, 0.0)
+    batch = pretraining_data.sample_batch(data, 16, torch.Generator().manual_seed(7))
+    opt = bertlib.training.optimization.adamw(lib, 1e-2, 0.01, eps=P.PRETRAIN_ADAM_EPS)
+    sched = bertlib.training.optimization.schedule(opt, 4, 0.0)
     out = P.train_step(lib, batch, opt, sched)
 
     decay = [p for name, p in by_hand.named_parameters() if not (name.endswith("bias") or "LayerNorm" in name)]

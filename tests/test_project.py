@@ -113,7 +113,7 @@ def test_notebook_is_clean_and_asserts(path: Path):
     assert all(not c.get("outputs") and c.get("execution_count") is None for c in code), \
         f"{path.name} has stored outputs: clear them (the build and nbval execute the notebook)"
     source = "\n".join("".join(c["source"]) for c in code)
-    assert "bertlib.setup(" in source, "every chapter starts with bertlib.setup() (device, profile, seed)"
+    assert "bertlib.course.setup(" in source, "every chapter starts with bertlib.course.setup() (device, profile, seed)"
     assert nb["metadata"].get("kernelspec", {}).get("name") == "python3"
 
 

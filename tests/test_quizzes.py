@@ -1,5 +1,5 @@
-"""The self-check quizzes (quizzes/<chapter>.json, shown by bertlib.quiz): every chapter has one, each is well formed,
-and each chapter shows its own quiz at its end. Read from files only, apart from rendering the HTML (no kernel).
+"""The self-check quizzes (quizzes/<chapter>.json, shown by bertlib.course.quiz): every chapter has one, each is well
+formed, and each chapter shows its own quiz at its end. Read from files only, apart from rendering the HTML (no kernel).
 The quizzes clicked in a browser: tests/browser/test_book_in_browser.py::test_self_check_quiz_gives_feedback_offline.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from bertlib import quiz as bq
+from bertlib.course import quiz as bq
 from toc import ROOT, notebooks
 
 CHAPTERS = [p for p in notebooks() if p.parent.name == "chapters"]
@@ -60,7 +60,7 @@ def test_quiz_is_well_formed(path: Path):
 
 
 def test_the_validator_rejects_broken_quizzes():
-    """bertlib.quiz.problems (which bertlib.quiz.load applies) on small broken examples."""
+    """bertlib.course.quiz.problems (which bertlib.course.quiz.load applies) on small broken examples."""
     good = _questions(QUIZZES[0])
     assert bq.problems(good) == []
     two_right = json.loads(json.dumps(good))

@@ -1,4 +1,4 @@
-"""bertlib.relative_position (chapter 13): relative_key and relative_key_query against a straightforward loop
+"""bertlib.variants.relative_position (chapter 13): relative_key and relative_key_query against a straightforward loop
 implementation of HF 4.x's formula, the relative_key term against the relative_key code that transformers 5.x still
 ships (Wav2Vec2-BERT), the whole forward pass, head_mask, and bad input. transformers 5.x's BertModel no longer has
 position_embedding_type, so it cannot be the reference (checked below)."""
@@ -14,7 +14,8 @@ import torch
 from torch.testing import assert_close
 
 import bertlib
-from bertlib import relative_position as R
+from bertlib.model import checks, relative_scores
+from bertlib.variants import relative_position as R
 from helpers import random_inputs, random_model
 
 F64 = dict(atol=1e-10, rtol=0.0)
@@ -33,7 +34,7 @@ def loop_attention(sd, config, x, mask, layer, kind):
     H = config.num_attention_heads
     d = config.hidden_size // H
     M = config.max_position_embeddings
-    table = sd[R.distance_embedding_key(layer)]
+    table = sd[relative_scores.distance_embedding_key(layer)]
     q = x @ sd[p + "query.weight"].T + sd[p + "query.bias"]
     k = x @ sd[p + "key.weight"].T + sd[p + "key.bias"]
     v = x @ sd[p + "value.weight"].T + sd[p + "value.bias"]
@@ -64,7 +65,7 @@ def loop_attention(sd, config, x, mask, layer, kind):
     return context, probs
 
 
-@pytest.mark.parametrize("kind", R.RELATIVE_TYPES)
+@pytest.mark.parametrize("kind", checks.RELATIVE_TYPES)
 def test_relative_attention_equals_loop(kind):
     sd, config, _ = random_model(seed=0, dtype=torch.float64, max_position_embeddings=12, num_attention_heads=2,
                                  hidden_size=8, intermediate_size=16, position_embedding_type=kind)
@@ -96,7 +97,7 @@ def test_relative_key_term_equals_wav2vec2_bert():
                                    distance_embedding=torch.nn.Embedding.from_pretrained(table.flip(0)),
                                    scaling=d ** -0.5)
     _, bias = _apply_relative_key_position_encoding(module, q, k)
-    ours = R.relative_position_scores(q, k, table, M, "relative_key") / math.sqrt(d)
+    ours = relative_scores.relative_position_scores(q, k, table, M, "relative_key") / math.sqrt(d)
     assert_close(ours, bias, **F64)
 
 
@@ -145,9 +146,9 @@ def test_bad_input():
         bertlib.bert_forward(sd, config, **batch)  # a relative config without its distance tables
     q = torch.zeros(1, 1, 5, 12)
     with pytest.raises(ValueError, match="2 \\* max_position_embeddings - 1"):
-        R.relative_position_scores(q, q, torch.zeros(10, 12), 40, "relative_key")
+        relative_scores.relative_position_scores(q, q, torch.zeros(10, 12), 40, "relative_key")
     with pytest.raises(ValueError, match="exceeds max_position_embeddings"):
-        R.relative_position_scores(q, q, torch.zeros(5, 12), 3, "relative_key")
+        relative_scores.relative_position_scores(q, q, torch.zeros(5, 12), 3, "relative_key")
     with pytest.raises(ValueError, match="relative_key"):
-        R.relative_position_scores(q, q, torch.zeros(79, 12), 40, "absolute")
-    assert R.relative_distance(3, 4).tolist() == [[0, -1, -2, -3], [1, 0, -1, -2], [2, 1, 0, -1]]
+        relative_scores.relative_position_scores(q, q, torch.zeros(79, 12), 40, "absolute")
+    assert relative_scores.relative_distance(3, 4).tolist() == [[0, -1, -2, -3], [1, 0, -1, -2], [2, 1, 0, -1]]

@@ -1,7 +1,7 @@
 """The committed results files (``results/``) agree with themselves and say what chapter 9b reads from them.
 
-Chapter 9b renders its all-data table from ``results/finetune-cpu*/`` (``python -m bertlib.finetune --profile cpu``)
-and ``results/frozen-cpu/`` (``python -m bertlib.features --profile cpu``). These are facts of committed files, not
+Chapter 9b renders its all-data table from ``results/finetune-cpu*/`` (``bertlib-finetune --profile cpu``)
+and ``results/frozen-cpu/`` (``bertlib-features --profile cpu``). These are facts of committed files, not
 of a reader's run, so they are checked here, once, rather than in the chapter: each file is consistent with itself
 (its confusion matrix and its accuracy-by-length table give back its accuracies), the runs compared read the same
 posts, and the statements the chapter's prose makes about them hold. No model is loaded; this runs in a second.
@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bertlib import finetune as ft
-from bertlib.data import SPLIT_SIZES
+from bertlib.data.corpus import SPLIT_SIZES
+from bertlib.training import finetune_config
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 SETTINGS = {False: "as-distributed", True: "no-headers"}
@@ -91,7 +91,7 @@ def test_every_run_reads_the_same_posts(folder, rm):
 def test_three_epochs_were_chosen_on_validation():
     for rm in SETTINGS:
         two, three = load("finetune-cpu-2-epochs", rm), load("finetune-cpu", rm)
-        assert (two["epochs"], three["epochs"]) == (2, ft.PROFILES["cpu"]["epochs"]) == (2, 3)
+        assert (two["epochs"], three["epochs"]) == (2, finetune_config.PROFILES["cpu"]["epochs"]) == (2, 3)
         assert three["best_val_accuracy"] > two["best_val_accuracy"]
 
 

@@ -10,22 +10,26 @@ import torch
 from transformers import BertConfig
 
 import bertlib
+import bertlib.course
+import bertlib.model.runtime
 from bertbook import cachekey
-from bertlib import claims, finetune
-from bertlib import pretraining as P
+from bertlib.course import claims
+from bertlib.training import finetune_config
+from bertlib.training import pretraining as P
+from bertlib.training.finetune_config import profile_config
 from sweep import table
 
 
 def test_seed_from_environment(monkeypatch, capsys):
     monkeypatch.delenv("BERTLIB_SEED", raising=False)
-    assert bertlib.runtime.default_seed() == 0 and finetune.FinetuneConfig().seed == 0
+    assert bertlib.model.runtime.default_seed() == 0 and finetune_config.FinetuneConfig().seed == 0
     monkeypatch.setenv("BERTLIB_SEED", "7")
     threads = torch.get_num_threads()
     try:
-        S = bertlib.setup()
+        S = bertlib.course.setup()
         assert S.seed == 7 and "seed=7 " in capsys.readouterr().out
-        assert bertlib.setup(seed=3, verbose=False).seed == 3                      # an explicit seed wins
-        cfg = finetune.profile_config("quick")
+        assert bertlib.course.setup(seed=3, verbose=False).seed == 3                      # an explicit seed wins
+        cfg = profile_config("quick")
         assert (cfg.seed, cfg.data_seed) == (7, 7)                                 # training and data split
         config = BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
                             intermediate_size=16, max_position_embeddings=8)
@@ -34,7 +38,7 @@ def test_seed_from_environment(monkeypatch, capsys):
         assert not torch.equal(P.init_state_dict(config, seed=8)["embeddings.word_embeddings.weight"],
                                a["embeddings.word_embeddings.weight"])
         monkeypatch.setenv("BERTLIB_NUM_THREADS", "1")
-        assert bertlib.setup(verbose=False).threads == 1 == torch.get_num_threads()
+        assert bertlib.course.setup(verbose=False).threads == 1 == torch.get_num_threads()
     finally:
         torch.set_num_threads(threads)
 
@@ -43,7 +47,7 @@ def test_seed_from_environment(monkeypatch, capsys):
 def test_bad_settings_are_named(monkeypatch, name, value):
     monkeypatch.setenv(name, value)
     with pytest.raises(ValueError, match=name):
-        bertlib.setup(verbose=False)
+        bertlib.course.setup(verbose=False)
 
 
 def test_assert_margin_records_and_fails(monkeypatch, tmp_path):
@@ -112,6 +116,8 @@ def test_checkpoint_claim_asserts_where_measured_and_reports_elsewhere(monkeypat
 
 def test_measured_checkpoints_are_the_two_real_ones():
     import bertlib
+    import bertlib.course
+    import bertlib.model.runtime
 
     default = bertlib.load_pretrained()
     assert claims.measured_checkpoint(default) == "all-MiniLM-L6-v2"

@@ -1,4 +1,5 @@
-"""bertlib.span_tasks (chapter 15b): QA examples with exact offsets, windows, span labels, post-processing, scores.
+"""bertlib.tasks.span_tasks (chapter 15b): QA examples with exact offsets, windows, span labels, post-processing,
+scores.
 
 Synthetic posts only (no 20 Newsgroups data needed); the default model's tokenizer."""
 
@@ -9,7 +10,7 @@ import torch
 from transformers import AutoTokenizer
 
 import bertlib
-from bertlib import span_tasks as st
+from bertlib.tasks import span_tasks as st
 
 POST = ("From: jdoe@cs.example.edu (Jane Doe)\nSubject: Re: clocks\nLines: 9\n\n"
         "In article <x1@foo.org> bob@foo.org (Bob Roe) writes:\n> Jane Doe said so.\n"

@@ -1,4 +1,5 @@
-"""bertlib.tagging (chapter 15b): rule labels, BIO tags per word, first-sub-token alignment, chunks, seqeval scores.
+"""bertlib.tasks.tagging (chapter 15b): rule labels, BIO tags per word, first-sub-token alignment, chunks, seqeval
+scores.
 
 Synthetic text only; the default model's tokenizer."""
 
@@ -8,7 +9,7 @@ import pytest
 from transformers import AutoTokenizer
 
 import bertlib
-from bertlib import tagging as tg
+from bertlib.tasks import tagging as tg
 
 TEXT = "In article <a1@x.org> jdoe@cs.example.edu writes: see http://www.x.org/y, post to sci.space, 33 MHz 8MB."
 

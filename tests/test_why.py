@@ -1,5 +1,5 @@
-"""The why-experiments of chapters 3 (why normalise) and 5 (why several heads): bertlib.why_normalise and
-bertlib.why_heads against independent references (Hugging Face with its LayerNorms removed, hand-written
+"""The why-experiments of chapters 3 (why normalise) and 5 (why several heads): bertlib.course.why_normalise and
+bertlib.course.why_heads against independent references (Hugging Face with its LayerNorms removed, hand-written
 attention, zeroed weights). What training achieves is asserted in the chapters, with measured margins."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from transformers import BertConfig, BertModel
 
 import bertlib
-from bertlib.pretraining import init_state_dict
-from bertlib.why_heads import OneAttentionLayer, ablate_heads, neighbours_task, pair_accuracy, pair_loss
-from bertlib.why_normalise import ToyStack, encoder_layer_without_norm, residual_rms, teacher_task, train
+from bertlib.course.why_heads import OneAttentionLayer, ablate_heads, neighbours_task, pair_accuracy, pair_loss
+from bertlib.course.why_normalise import ToyStack, encoder_layer_without_norm, residual_rms, teacher_task, train
+from bertlib.training.pretraining import init_state_dict
 
 
 @pytest.fixture(scope="module")

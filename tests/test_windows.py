@@ -1,4 +1,4 @@
-"""Whole posts by sliding windows (``bertlib.windows``, chapter 9): the windows are Hugging Face's overflowing
+"""Whole posts by sliding windows (``bertlib.data.windows``, chapter 9): the windows are Hugging Face's overflowing
 tokens, cover every token, and a post's pooled prediction depends neither on batching nor on the order of posts.
 
 The model is the tiny random BERT of tests/conftest.py (the embedded model's tokenizer) with a 4-class head (seed
@@ -12,8 +12,14 @@ import pytest
 import torch
 
 import bertlib
-from bertlib import finetune as ft
-from bertlib import windows as win
+import bertlib.data.corpus
+import bertlib.tasks.classifier
+from bertlib.data import newsgroups
+from bertlib.data import windows as win
+from bertlib.evaluation import inference, window_classifier
+from bertlib.training import finetune as ft
+from bertlib.training import finetune_config
+from bertlib.training.finetune_config import profile_config
 from helpers import DEVICE, data_available, needs_data
 
 CLS, SEP = 101, 102
@@ -25,8 +31,8 @@ TEXTS = ["", "A short post.", "Does anyone know where to find the drivers for a 
 
 
 @pytest.fixture(scope="module")
-def model(tiny_pretrained) -> bertlib.BertClassifier:
-    return bertlib.BertClassifier(tiny_pretrained.state_dict, tiny_pretrained.config, 4, seed=0,
+def model(tiny_pretrained) -> bertlib.tasks.classifier.BertClassifier:
+    return bertlib.tasks.classifier.BertClassifier(tiny_pretrained.state_dict, tiny_pretrained.config, 4, seed=0,
                                   attn_implementation="sdpa").to(DEVICE).eval()
 
 
@@ -35,7 +41,7 @@ def posts() -> list[str]:
     """Six real test posts, headers included, of 100 to 600 tokens; the generated TEXTS without the data."""
     if not data_available():
         return TEXTS[1:]
-    texts = bertlib.data.load_20newsgroups("test").data
+    texts = bertlib.data.corpus.load_20newsgroups("test").data
     lengths = np.array([len(t.split()) for t in texts[:300]])
     chosen = [i for i in np.argsort(lengths) if 60 <= lengths[i] <= 400]
     return [texts[i] for i in chosen[:: max(1, len(chosen) // 6)][:6]]
@@ -123,17 +129,18 @@ def test_short_post_is_its_head_truncation(pretrained, model):
     tok, pad = pretrained.tokenizer, pretrained.tokenizer.pad_token_id
     short = TEXTS[:3]  # at most 30 body tokens
     windows, post_index = win.encode_windows(tok, short, 32, 8)
-    assert windows == ft.encode(tok, short, 32, "head") and post_index.tolist() == [0, 1, 2]
+    assert windows == newsgroups.encode(tok, short, 32, "head") and post_index.tolist() == [0, 1, 2]
     for how in win.POOLINGS:
-        pooled = win.predict_post_logits(model, windows, post_index, len(short), pad, how, device=DEVICE)
-        assert torch.equal(pooled, ft.predict_logits(model, ft.encode(tok, short, 32, "head"), pad, device=DEVICE))
+        pooled = inference.predict_post_logits(model, windows, post_index, len(short), pad, how, device=DEVICE)
+        cut = newsgroups.encode(tok, short, 32, "head")
+        assert torch.equal(pooled, inference.predict_logits(model, cut, pad, device=DEVICE))
 
 
 @pytest.fixture(scope="module")
 def one_at_a_time(pretrained, model, posts) -> torch.Tensor:
     """The logits of every window of the posts, each window scored alone (batches of one), in the tokenizer's order."""
     windows, _ = win.encode_windows(pretrained.tokenizer, posts, 32, 8)
-    return torch.cat([ft.predict_logits(model, [w], pretrained.tokenizer.pad_token_id, device=DEVICE)
+    return torch.cat([inference.predict_logits(model, [w], pretrained.tokenizer.pad_token_id, device=DEVICE)
                       for w in windows])
 
 
@@ -142,12 +149,12 @@ def test_pooled_prediction_ignores_batching_and_post_order(pretrained, model, po
     tok, pad, tol = pretrained.tokenizer, pretrained.tokenizer.pad_token_id, bertlib.tolerance(DEVICE)
     windows, post_index = win.encode_windows(tok, posts, 32, 8)
     assert len(windows) >= 3 * len(posts), "the posts should need several windows each"
-    by_all = win.predict_post_logits(model, windows, post_index, len(posts), pad, how, len(windows), DEVICE)
-    by_some = win.predict_post_logits(model, windows, post_index, len(posts), pad, how, 3, DEVICE)
+    by_all = inference.predict_post_logits(model, windows, post_index, len(posts), pad, how, len(windows), DEVICE)
+    by_some = inference.predict_post_logits(model, windows, post_index, len(posts), pad, how, 3, DEVICE)
     torch.testing.assert_close(by_some, by_all, **tol)
     order = np.random.default_rng(0).permutation(len(posts))
     shuffled, shuffled_index = win.encode_windows(tok, [posts[i] for i in order], 32, 8)
-    by_order = win.predict_post_logits(model, shuffled, shuffled_index, len(posts), pad, how, 5, DEVICE)
+    by_order = inference.predict_post_logits(model, shuffled, shuffled_index, len(posts), pad, how, 5, DEVICE)
     torch.testing.assert_close(by_order, by_all[torch.as_tensor(order)], **tol)
     assert torch.equal(by_order.argmax(-1), by_all[torch.as_tensor(order)].argmax(-1))
     # and pooling the windows scored one at a time (batches of one), in the tokenizer's order, by hand
@@ -157,7 +164,7 @@ def test_pooled_prediction_ignores_batching_and_post_order(pretrained, model, po
         torch.testing.assert_close(by_all[p], rows.mean(0) if how == "mean" else rows.amax(0), **tol)
 
 
-# ------------------------------------------------------------------------ wired into bertlib.finetune (eval_windows)
+# ---------------------------------------------------------- wired into bertlib.training.finetune (eval_windows)
 
 
 def test_evaluate_by_windows_scores_the_pooled_posts(pretrained, model):
@@ -165,9 +172,9 @@ def test_evaluate_by_windows_scores_the_pooled_posts(pretrained, model):
     labels, names = np.array([0, 1, 2, 3, 1]), ["a", "b", "c", "d"]
     windows, post_index = win.encode_windows(tok, TEXTS, 16, 4)
     for how in win.POOLINGS:
-        result, logits = ft.evaluate(model, windows, labels, names, pad, 8, DEVICE, post_index=post_index,
+        result, logits = inference.evaluate(model, windows, labels, names, pad, 8, DEVICE, post_index=post_index,
                                      window_pool=how)
-        assert torch.equal(logits, win.predict_post_logits(model, windows, post_index, len(TEXTS), pad, how, 8,
+        assert torch.equal(logits, inference.predict_post_logits(model, windows, post_index, len(TEXTS), pad, how, 8,
                                                            DEVICE))
         assert result["accuracy"] == np.mean(logits.argmax(-1).numpy() == labels)
         assert result["loss"] == pytest.approx(torch.nn.functional.cross_entropy(logits, torch.as_tensor(labels))
@@ -175,15 +182,15 @@ def test_evaluate_by_windows_scores_the_pooled_posts(pretrained, model):
 
 
 def test_window_settings_are_checked_and_on_the_command_line():
-    assert ft.profile_config("full").window_stride == 128 and ft.profile_config("quick").window_stride == 32
-    ft.profile_config("quick", max_length=16, window_stride=32)  # unused without eval_windows: no error
+    assert profile_config("full").window_stride == 128 and profile_config("quick").window_stride == 32
+    profile_config("quick", max_length=16, window_stride=32)  # unused without eval_windows: no error
     with pytest.raises(ValueError, match=r"stride .* must be in \[0, max_length - 2 = 14\)"):
-        ft.profile_config("quick", max_length=16, window_stride=14, eval_windows=True)
+        profile_config("quick", max_length=16, window_stride=14, eval_windows=True)
     with pytest.raises(ValueError, match="window_pool must be one of"):
-        ft.profile_config("quick", window_pool="attention")
-    cfg, _ = ft.parse_args(["--profile", "quick", "--out", "x", "--eval-windows", "--window-stride", "16",
+        profile_config("quick", window_pool="attention")
+    cfg, _ = finetune_config.parse_args(["--profile", "quick", "--out", "x", "--eval-windows", "--window-stride", "16",
                             "--window-pool", "max"])
-    assert cfg == ft.profile_config("quick", eval_windows=True, window_stride=16, window_pool="max")
+    assert cfg == profile_config("quick", eval_windows=True, window_stride=16, window_pool="max")
 
 
 def test_train_with_eval_windows_scores_whole_posts(tiny_pretrained, tmp_path):
@@ -194,9 +201,9 @@ def test_train_with_eval_windows_scores_whole_posts(tiny_pretrained, tmp_path):
     names = ["c0", "c1", "c2", "c3"]
     results = {}
     for windows in (False, True):
-        cfg = ft.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1, batch_size=8,
+        cfg = profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1, batch_size=8,
                                 dropout=0.0, device="cpu", eval_windows=windows, window_stride=4, window_pool="max")
-        data = ft.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
+        data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
         results[windows] = ft.train(cfg, tmp_path / str(windows), data=data, pretrained=tiny_pretrained,
                                     export=False, verbose=False)
     plain, whole = results[False], results[True]
@@ -205,7 +212,8 @@ def test_train_with_eval_windows_scores_whole_posts(tiny_pretrained, tmp_path):
     tok = tiny_pretrained.tokenizer
     windows, post_index = win.encode_windows(tok, texts[:20], 16, 4)
     assert whole.metrics["eval_windows"] and whole.metrics["test_windows"] == len(windows) > 20
-    expected = win.predict_post_logits(whole.model, windows, post_index, 20, tok.pad_token_id, "max", device="cpu",
+    expected = inference.predict_post_logits(whole.model, windows, post_index, 20, tok.pad_token_id, "max",
+    device="cpu",
                                        bf16=whole.metrics["precision"] == "bf16 autocast")  # as the run scored them
     torch.testing.assert_close(whole.test_logits, expected, atol=0, rtol=0)
     assert plain.metrics["test_windows"] is None
@@ -216,7 +224,7 @@ def test_window_attention_is_a_softmax_over_each_posts_windows():
     g = torch.Generator().manual_seed(1)
     post_index = torch.tensor([1, 0, 1, 1, 2, 0])
     h = torch.randn(len(post_index), 6, generator=g, dtype=torch.float64)
-    att = win.WindowAttention(6).double()
+    att = window_classifier.WindowAttention(6).double()
     mean = win.pool_windows(h, post_index, 3, "mean")
     torch.testing.assert_close(att(h, post_index, 3), mean, atol=1e-12, rtol=0)  # u = 0: the mean
     with torch.no_grad():
@@ -230,7 +238,7 @@ def test_window_attention_is_a_softmax_over_each_posts_windows():
     torch.testing.assert_close(att(h[order], post_index[order], 3), out, atol=1e-12, rtol=0)
     out.sum().backward()
     assert att.score.weight.grad.abs().sum() > 0, "the scores must learn"
-    far = win.segment_softmax(torch.tensor([1e4, -1e4, 1e4 + 1.0, 0.0]), torch.tensor([0, 1, 0, 1]), 2)
+    far = window_classifier.segment_softmax(torch.tensor([1e4, -1e4, 1e4 + 1.0, 0.0]), torch.tensor([0, 1, 0, 1]), 2)
     torch.testing.assert_close(far, torch.tensor([1 / (1 + np.e), 0.0, np.e / (1 + np.e), 1.0]))  # no overflow
 
 
@@ -254,22 +262,22 @@ def _needle_posts(n_posts: int, seed: int) -> tuple[torch.Tensor, np.ndarray, np
 def test_window_classifier_pools_then_classifies_and_attention_finds_the_telling_window():
     vectors, post_index, labels = _needle_posts(300, 0)
     val = _needle_posts(150, 1)
-    untrained = win.WindowClassifier(5, 3, "attention")
-    as_mean = win.WindowClassifier(5, 3, "mean")
+    untrained = window_classifier.WindowClassifier(5, 3, "attention")
+    as_mean = window_classifier.WindowClassifier(5, 3, "mean")
     as_mean.classifier.load_state_dict(untrained.classifier.state_dict())
     torch.testing.assert_close(untrained(vectors, post_index, 300), as_mean(vectors, post_index, 300))  # u = 0
     state = torch.random.get_rng_state()
-    fits = {pool: win.fit_window_classifier((vectors, post_index, labels), val, 3, pool, steps=200)
-            for pool in win.VECTOR_POOLINGS}
+    fits = {pool: window_classifier.fit_window_classifier((vectors, post_index, labels), val, 3, pool, steps=200)
+            for pool in window_classifier.VECTOR_POOLINGS}
     assert torch.equal(torch.random.get_rng_state(), state)   # the caller's generator is left as it was
     test = _needle_posts(300, 2)
-    acc = {pool: float((win.predict_windows(m, *test[:2], 300).argmax(-1).numpy() == test[2]).mean())
+    acc = {pool: float((window_classifier.predict_windows(m, *test[:2], 300).argmax(-1).numpy() == test[2]).mean())
            for pool, (m, wd, val_acc) in fits.items()}
     # over 6 draws of data and initialisation: attention 0.91-0.99, mean 0.50-0.58, max 0.41-0.48
     assert acc["attention"] > 0.8 and acc["attention"] > max(acc["mean"], acc["max"]) + 0.2, acc
     model, wd, val_acc = fits["mean"]   # the weight decay is validation's choice among the grid
-    again = {d: win.fit_window_classifier((vectors, post_index, labels), val, 3, "mean", (d,), steps=200)[2]
-             for d in (1e-3, 1e-2, 1e-1)}
+    again = {d: window_classifier.fit_window_classifier((vectors, post_index, labels), val, 3, "mean", (d,),
+                                                        steps=200)[2] for d in (1e-3, 1e-2, 1e-1)}
     assert wd in again and val_acc == max(again.values()) == again[wd]
     with pytest.raises(ValueError, match="pool must be one of"):
-        win.WindowClassifier(5, 3, "median")
+        window_classifier.WindowClassifier(5, 3, "median")

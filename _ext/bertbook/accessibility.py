@@ -2,8 +2,9 @@
 where the HTML is written.
 
 - bertviz's ``<select>`` controls (chapters 5 and 7) have a visible "Layer:" text but no accessible name (axe-core
-  ``select-name``, critical): :func:`bertlib.bertviz_assets.label_controls` gives them an ``aria-label``, the same
-  patch a live notebook applies (:mod:`bertlib.notebook`).
+  ``select-name``, critical): :func:`bertlib.course.bertviz_assets.label_controls` gives them an ``aria-label``, the
+  same
+  patch a live notebook applies (:mod:`bertlib.course.notebook`).
 - docutils writes the bibliography as ``<div role="list">`` of entries with the deprecated DPUB role
   ``doc-biblioentry``, which is not a list item (axe-core ``aria-required-children``, critical, and
   ``aria-deprecated-role``): each entry becomes ``role="listitem"``.
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from sphinx.application import Sphinx
 
-from bertlib.bertviz_assets import label_controls
+from bertlib.course.bertviz_assets import label_controls
 
 #: (pattern, replacement) for the whole written page: see the module docstring.
 _NAME_FIXES: tuple[tuple[re.Pattern[str], str], ...] = (

@@ -3,8 +3,8 @@
 The assets come from the npm registry at build time (``package.json`` + ``package-lock.json``, ``npm ci
 --ignore-scripts``) and are copied to ``<outdir>/_vendor/``, *not* ``_static/``: Jupyter Book 1 injects every
 ``*.js`` of ``_static`` into every page, and a require.js loaded before MathJax breaks it ("Mismatched anonymous
-define() module"). Which files, and the CDN URLs bertviz writes, are :mod:`bertlib.bertviz_assets`, shared with a
-live notebook (``bertlib/notebook.py``).
+define() module"). Which files, and the CDN URLs bertviz writes, are :mod:`bertlib.course.bertviz_assets`, shared with a
+live notebook (``bertlib/course/notebook.py``).
 
 MathJax is pointed at its vendored copy through Sphinx's public ``mathjax_path`` setting (``config-inited``); at
 ``html-page-context`` the CDN URLs that bertviz's outputs (require.js, and the d3/jQuery ``require.config`` paths)
@@ -26,17 +26,17 @@ from typing import Any
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
-from bertlib.bertviz_assets import ASSETS_ENV, CDN_URLS, NPM_CI, NPM_FILES
+from bertlib.course.bertviz_assets import ASSETS_ENV, CDN_URLS, NPM_CI, NPM_FILES
 
 logger = logging.getLogger(__name__)
 
 VENDOR = "_vendor"
 #: Kernels started by the build (and by the nbval run that fills its cache) get ``BERTLIB_BERTVIZ_ASSETS=cdn``: bertlib
 #: then leaves bertviz's CDN URLs in the outputs for :func:`rewrite_page`, instead of inlining its own copies of
-#: require.js, d3 and jQuery into every view as it does in a live notebook (``bertlib/notebook.py``).
+#: require.js, d3 and jQuery into every view as it does in a live notebook (``bertlib/course/notebook.py``).
 BERTVIZ_ASSETS_ENV = ASSETS_ENV
 
-#: Where each of bertviz's assets goes under _vendor/ (its npm file and CDN URLs: bertlib.bertviz_assets).
+#: Where each of bertviz's assets goes under _vendor/ (its npm file and CDN URLs: bertlib.course.bertviz_assets).
 _VENDORED = {"require": "requirejs/require.js", "d3": "d3/d3.min.js", "jquery": "jquery/jquery.min.js"}
 #: npm file (relative to node_modules) -> file under _vendor/.
 FILES = {NPM_FILES[name]: dest for name, dest in _VENDORED.items()}

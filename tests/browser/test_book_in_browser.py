@@ -229,8 +229,8 @@ def _record(page: Any, site: str, v: Visit) -> None:
 
 
 def _click_quiz(page: Any) -> dict[str, Any]:
-    """The chapter's self-check quiz (bertlib.quiz) as a reader uses it: click a wrong option of the first question,
-    then its right option, and record what the page showed after each click."""
+    """The chapter's self-check quiz (bertlib.course.quiz) as a reader uses it: click a wrong option of the first
+    question, then its right option, and record what the page showed after each click."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     quiz = page.locator(".bertlib-quiz").first

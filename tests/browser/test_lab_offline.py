@@ -4,8 +4,8 @@ JupyterLab starts on 127.0.0.1 with a token, as ``make lab`` starts it (``JUPYTE
 kernel that every notebook names, ``python3``, is the one used), serving a copy of the chapter (never the checkout's
 own file: JupyterLab saves what it runs). Debian's chromium opens the notebook with every request that leaves
 127.0.0.1 aborted (a classroom behind a firewall), runs all cells, and the test checks that every code cell ran
-without an error and that each bertviz view drew its SVG (tokens as text, attention as lines): bertlib.setup() made
-the views load require.js, d3 and jQuery from node_modules/ instead of the CDNs (bertlib/notebook.py).
+without an error and that each bertviz view drew its SVG (tokens as text, attention as lines): bertlib.course.setup()
+made the views load require.js, d3 and jQuery from node_modules/ instead of the CDNs (bertlib/course/notebook.py).
 """
 
 from __future__ import annotations
