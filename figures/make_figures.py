@@ -12,14 +12,15 @@ page and the highlight stays orange.
 
 Diagrams (``python figures/make_figures.py --list`` prints them):
 
+- ``feed_forward.svg`` (chapter 6): one token's vector widened from H to I numbers, GELU, narrowed back to H.
 - ``bert_architecture.svg``: token ids → embeddings → L × encoder layer → pooler → task head, with the ``bertlib``
   functions and tensor shapes (``intro.md``); ``bert_architecture_chNN.svg``: the same with chapter NN's part
   highlighted ("you are here", chapters 2-8).
 - ``attention_head.svg`` (chapter 4), ``head_split.svg`` (chapter 5), ``pipeline_stages.svg`` (chapter 10),
   ``mlm_nsp_input.svg`` (chapter 11).
-- Offered to the chapters (``OFFERED``): ``pretrain_finetune.svg`` (pre-training, then fine-tuning),
-  ``post_ln_pre_ln.svg`` (chapter 6), ``sliding_windows.svg`` (chapter 9b), ``relative_distance.svg`` (chapter 13),
-  ``kv_cache.svg`` (a decoder's key/value cache).
+- Shown where they are taught: ``pretrain_finetune.svg`` (chapter 0), ``relative_distance.svg`` (chapter 13),
+  ``kv_cache.svg`` (chapter 15, a decoder's key/value cache).
+- Offered to the chapters (``OFFERED``): ``post_ln_pre_ln.svg`` (chapter 6), ``sliding_windows.svg`` (chapter 9b).
 
 Notation as in ``notation.md``: layers $L$, heads and tokens numbered from 0, head $a$, $Q = hW_Q^\top + b_Q$.
 ``tests/test_figures.py`` also checks that every box and label lies inside the canvas.
@@ -146,7 +147,7 @@ def architecture(chapter: int | None = None) -> Svg:
                 f"({CHAPTER_NAMES[chapter]}) highlighted in orange.")
     else:
         title, desc = "BERT's architecture, with the bertlib functions that compute each part", ""
-    desc = (desc + " Token ids (batch, seq) go into the embeddings (word + position + token type, then LayerNorm; "
+    desc = (desc + " Token ids (batch, seq) go into the embeddings (word + token type + position, then LayerNorm; "
             "bertlib.embeddings), giving (batch, seq, hidden). The encoder (bertlib.encoder) applies L encoder layers "
             "(bertlib.encoder_layer), numbered 0 to L - 1, each: multi-head self-attention with heads 0 to A - 1 "
             "(bertlib.self_attention; one head is bertlib.attention_head), then dense, dropout, add and LayerNorm "
@@ -185,7 +186,7 @@ def architecture(chapter: int | None = None) -> Svg:
     svg.text(L + 12, y + 20, "Embeddings", "title")
     svg.text(R - 12, y + 20, "bertlib.embeddings", "code", anchor="end")
     tag(y + 59, "ch. 2")
-    chips = [("word[input_ids]", 118), ("position", 92), ("token type (segment)", 150)]
+    chips = [("word[input_ids]", 118), ("token type (segment)", 150), ("position", 92)]   # notation.md's order
     x = L + 18
     for i, (s, w) in enumerate(chips):
         _box(svg, x, y + 32, w, 28, [(s, "small")])
@@ -566,6 +567,51 @@ def post_ln_pre_ln() -> Svg:
     return svg
 
 
+def feed_forward() -> Svg:
+    """Chapter 6: the feed-forward sub-layer widens each token's vector from H to I numbers, gates it with GELU and
+    narrows it back to H."""
+    svg = Svg(700, 372, "The feed-forward sub-layer: widen from H to I numbers, GELU, narrow back to H",
+              "One token's vector, H numbers wide (hidden_size), is multiplied by W_1 transposed and shifted by b_1 "
+              "into I numbers (intermediate_size, four times H in BERT): the tall bar. GELU then acts on each of "
+              "the I numbers alone, keeping the large positive ones and pushing the negative ones to about zero "
+              "(the shaded cells are the ones it keeps). W_2 transposed and b_2 project the I numbers back to H. "
+              "Every token goes through the same weights on its own: no token reads another here. "
+              "bertlib.feed_forward adds the result to its input and applies LayerNorm.")
+    cy, h_bar, i_bar, w = 196, 72, 288, 30        # centre line; bar heights in the ratio H : I = 1 : 4
+    xs = [70, 262, 420, 602]                      # the four bars: input, widened, after GELU, output
+    tops = [cy - h_bar / 2, cy - i_bar / 2, cy - i_bar / 2, cy - h_bar / 2]
+    heights = [h_bar, i_bar, i_bar, h_bar]
+    svg.text(350, 22, "bertlib.feed_forward, one token at a time", "code", anchor="middle")
+    for x, top, height in zip(xs, tops, heights, strict=True):
+        svg.rect(x, top, w, height, "box", rx=3)
+    n_cells = 36
+    for i in range(n_cells):                      # the widened vector after GELU: some numbers kept, most ~0
+        if (i * 7) % 5 < 2:
+            svg.rect(xs[2] + 3, tops[2] + i * i_bar / n_cells + 1, w - 6, i_bar / n_cells - 2, "here", rx=1)
+    # widen (W_1) and narrow (W_2): the fans between the bars
+    for (x0, t0, b0), (x1, t1, b1) in [((xs[0] + w, tops[0], tops[0] + h_bar), (xs[1], tops[1], tops[1] + i_bar)),
+                                       ((xs[2] + w, tops[2], tops[2] + i_bar), (xs[3], tops[3], tops[3] + h_bar))]:
+        svg.line([(x0, t0), (x1, t1)], arrow=False, cls="frame")
+        svg.line([(x0, b0), (x1, b1)], arrow=False, cls="frame")
+        svg.line([(x0 + 4, cy), (x1 - 4, cy)])
+    svg.text(181, cy - 10, "× W_1ᵀ + b_1", "code", anchor="middle")
+    svg.text(181, cy + 24, "widen: H → I", "small", anchor="middle")
+    svg.text(526, cy - 10, "× W_2ᵀ + b_2", "code", anchor="middle")
+    svg.text(526, cy + 24, "narrow: I → H", "small", anchor="middle")
+    svg.line([(xs[1] + w + 4, cy), (xs[2] - 4, cy)])
+    svg.text(356, cy - 10, "GELU", "title", anchor="middle")
+    svg.text(356, cy + 24, "each number", "small", anchor="middle")
+    svg.text(356, cy + 40, "alone", "small", anchor="middle")
+    for x, top, height, name, size in [(xs[0], tops[0], h_bar, "h̃ₜ (input)", "H = hidden_size"),
+                                       (xs[3], tops[3], h_bar, "output", "H numbers")]:
+        svg.text(x + w / 2, top + height + 18, name, "small", anchor="middle")
+        svg.text(x + w / 2, top + height + 34, size, "shape", anchor="middle")
+    svg.text(xs[1] - 8, cy, "I = intermediate_size", "shape", anchor="end")
+    svg.text(xs[1] - 8, cy + 16, "(4H in BERT)", "shape", anchor="end")
+    svg.text(xs[2] + w + 8, tops[2] + 12, "kept by GELU", "tag")
+    return svg
+
+
 # ---------------------------------------------------------------------------- windows over a long post (ch. 9b)
 
 def sliding_windows() -> Svg:
@@ -724,11 +770,8 @@ def kv_cache() -> Svg:
 #: Figures drawn for chapters that may show them (issue 28 §4), with the chapter each one is for. A figure leaves
 #: this list once a chapter shows it (tests/test_figures.py: every other figure must be shown somewhere).
 OFFERED: dict[str, str] = {
-    "pretrain_finetune.svg": "chapter 9 or 11: pre-training, then fine-tuning",
     "post_ln_pre_ln.svg": "chapter 6: post-LN and pre-LN blocks",
     "sliding_windows.svg": "chapter 9b: windows with a stride over a long post",
-    "relative_distance.svg": "chapter 13: the relative-distance table",
-    "kv_cache.svg": "chapter 13 or 15: a decoder's key/value cache",
 }
 
 
@@ -741,7 +784,7 @@ def figures() -> dict[str, Callable[[], Svg]]:
                 "pipeline_stages.svg": pipeline_stages, "mlm_nsp_input.svg": mlm_nsp_input,
                 "pretrain_finetune.svg": pretrain_finetune, "post_ln_pre_ln.svg": post_ln_pre_ln,
                 "sliding_windows.svg": sliding_windows, "relative_distance.svg": relative_distance_table,
-                "kv_cache.svg": kv_cache})
+                "kv_cache.svg": kv_cache, "feed_forward.svg": feed_forward})
     return out
 
 

@@ -1,7 +1,8 @@
-"""Measures of a chapter's readability: mean sentence length of its prose and the length of its code cells.
+"""Measures of a chapter's readability: mean sentence length of its prose, the words of prose in its main flow
+and the length of its code cells.
 
 ``python tests/prose.py [chapters/NN_name.ipynb ...]`` prints a table (every chapter in _toc.yml by default);
-``tests/test_course.py`` asserts the limits below on every chapter.
+``tests/test_course.py`` asserts the limits below on every chapter (the word limit on the core chapters).
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import nbformat
 MAX_MEAN_SENTENCE_WORDS = 24.0
 MAX_VISIBLE_CELL_LINES = 40
 MAX_HIDDEN_CELL_LINES = 60
+#: A core chapter is a lesson (issue 35): at most this many words of prose in its main flow, that is outside
+#: collapsed boxes (``:class: dropdown``), code and math. The proof beside the lesson sits in those boxes.
+MAX_FLOW_WORDS = 3000
 
 _FENCE = re.compile(r"^(```|~~~|:::).*?^\1\s*$", re.S | re.M)
 _DIRECTIVE_LINE = re.compile(r"^\s*(:::|```|:\w+:).*$", re.M)
@@ -57,6 +61,51 @@ def mean_sentence_words(nb) -> tuple[float, int]:
     return (sum(lengths) / len(lengths) if lengths else 0.0), len(lengths)
 
 
+_OPEN_FENCE = re.compile(r"^\s*(:{3,}|`{3,})\{([\w-]+)\}")
+
+
+def main_flow(markdown: str) -> str:
+    """A markdown cell without its collapsed boxes: every ``:::{...}`` or ```` ```{...} ```` directive whose options
+    say ``:class: dropdown`` (or a ``{dropdown}`` directive) is dropped with its body, nested fences included."""
+    lines, out, i = markdown.split("\n"), [], 0
+    while i < len(lines):
+        m = _OPEN_FENCE.match(lines[i])
+        if not m:
+            out.append(lines[i])
+            i += 1
+            continue
+        fence, j = m.group(1), i + 1
+        collapsed = m.group(2) == "dropdown"
+        while j < len(lines) and re.match(r"^\s*:\w[\w-]*:", lines[j]):
+            collapsed |= bool(re.match(r"^\s*:class:.*\bdropdown\b", lines[j]))
+            j += 1
+        end = j
+        while end < len(lines) and lines[end].strip() != fence:
+            end += 1
+        if not collapsed:
+            out.append(lines[i])
+            out += main_flow("\n".join(lines[j:end])).split("\n")   # an open box may hold a collapsed one
+            out.append(fence)
+        i = end + 1
+    return "\n".join(out)
+
+
+def words(markdown: str) -> int:
+    """Words of running text: no math, no code (inline or fenced), headings, tables, captions or directive lines."""
+    text = re.sub(r"^(```|:::)\{?[\w -]*\}?.*$|^(```|:::)\s*$|^:\w[\w-]*:.*$", "", markdown, flags=re.M)
+    text = re.sub(r"^```[\s\S]*?^```", "", text, flags=re.M)
+    text = _TABLE_OR_HEADING.sub("", text)
+    text = _MATH.sub(" ", text)
+    text = _CODE.sub(" ", text)
+    text = _LINK.sub(r"\1", _ROLE.sub("", text))
+    return len(re.findall(r"[A-Za-z0-9][\w'’.-]*", text))
+
+
+def flow_words(nb) -> int:
+    """Words of prose in a notebook's main flow: its markdown cells less collapsed boxes, code and math."""
+    return sum(words(main_flow(c.source)) for c in nb.cells if c.cell_type == "markdown")
+
+
 def hidden(cell) -> bool:
     return "hide-input" in cell.metadata.get("tags", []) or "solution" in cell.metadata.get("tags", [])
 
@@ -80,13 +129,15 @@ def main(paths: list[str]) -> None:
         from toc import notebooks
 
         paths = [str(p) for p in notebooks() if p.parent.name == "chapters"]
-    print(f"{'chapter':32} {'sentences':>9} {'mean words':>10}  long cells (index: lines > limit)")
+    print(f"{'chapter':32} {'sentences':>9} {'mean words':>10}  {'flow words':>10}  long cells (index: lines > limit)")
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         mean, n = mean_sentence_words(nb)
         flag = " !" if mean > MAX_MEAN_SENTENCE_WORDS else "  "
+        flow = flow_words(nb)
+        flow_flag = " !" if flow > MAX_FLOW_WORDS else "  "
         cells = ", ".join(f"{i}: {n_} > {lim}" for i, n_, lim in long_cells(nb))
-        print(f"{Path(path).stem:32} {n:9d} {mean:10.1f}{flag} {cells}")
+        print(f"{Path(path).stem:32} {n:9d} {mean:10.1f}{flag} {flow:10d}{flow_flag} {cells}")
 
 
 if __name__ == "__main__":

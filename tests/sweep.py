@@ -9,7 +9,7 @@ the chapters assert such claims with :func:`bertlib.course.claims.assert_margin`
 values and the worst margin over all runs. The command fails if any run fails.
 
     python tests/sweep.py                       # seeds 0-4 with the default threads, and seed 0 with one thread
-    python tests/sweep.py --seeds 0 1 --one-thread-seeds 5 --chapters chapters/11_pretraining.ipynb
+    python tests/sweep.py --seeds 0 1 --one-thread-seeds 5 --chapters chapters/11b_pretraining_from_scratch.ipynb
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The chapters whose assertions depend on random draws, training or timing: now every chapter, since each one reads
 #: example sentences drawn by the seed (``bertlib.data.corpus.example_sentences``).
 CHAPTERS = {
+    "00_what_bert_is_for": "posts sampled by the seed; a linear probe on frozen vectors against chance",
     "01_tokenization": "example sentences drawn by the seed",
     "02_embeddings": "random permutations of the tokens",
     "03_layer_norm": "dropout masks; small stacks trained with and without LayerNorm",
@@ -38,7 +39,8 @@ CHAPTERS = {
     "08_pooler": "dropout; a randomly initialised classifier",
     "09_20newsgroups": "fine-tuning against TF-IDF and frozen features",
     "10_pipeline": "a short fine-tuning run",
-    "11_pretraining": "pre-training a small BERT (MLM, NSP); fine-tuning from pre-trained vs random weights",
+    "11_pretraining": "MLM masking proportions over tokens masked by the seed; NSP pairs drawn by the seed",
+    "11b_pretraining_from_scratch": "a small BERT pre-trained (MLM, NSP); fine-tuning from pre-trained vs random",
     "12_numpy_bert": "example sentences drawn by the seed",
     "13_hf_attention": "head importance and pruning; random relative-position tables",
     "14_making_it_fast": "timing: fused kernels, SDPA, padding-free batches",

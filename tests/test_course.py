@@ -15,9 +15,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 
 import prose
-from toc import ROOT, notebooks, toc_files
+from toc import ROOT, core_notebooks, notebooks, toc_files
 
 CHAPTERS = [p for p in notebooks() if p.parent.name == "chapters"]
 PAGES = [ROOT / "intro.md", ROOT / "glossary.md", ROOT / "notation.md"]
@@ -428,9 +429,210 @@ def test_intro_lists_every_chapter_in_toc_order():
     assert rows == [_number(p) for p in CHAPTERS], (rows, [_number(p) for p in CHAPTERS])
 
 
+def test_the_core_path_is_marked():
+    """The parts captioned "Core path: ..." hold the core path in reading order; every other part that holds chapters
+    is captioned "Optional: ..." (the reference pages excepted). The orientation page opens it, the toy BERT comes
+    before the tokenizer's plumbing, and pre-training's objectives before fine-tuning."""
+    parts = yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]
+    for part in parts:
+        caption = str(part.get("caption", ""))
+        if caption != "Reference":
+            assert caption.startswith(("Core path: ", "Optional: ")), caption
+    core = [p.stem for p in core_notebooks()]
+    assert core[:3] == ["00_what_bert_is_for", "01b_bert_by_hand", "01_tokenization"], core
+    assert core.index("11_pretraining") < core.index("09_20newsgroups"), core
+    optional = {"09b_long_documents", "11b_pretraining_from_scratch", "12_numpy_bert", "13_hf_attention",
+                "14_making_it_fast", "15b_span_and_tag_tasks"}
+    assert not optional & set(core), optional & set(core)
+
+
 def test_the_appendix_comes_last():
     chapters = [f for f in toc_files() if f.startswith("chapters/") and f != "chapters/bibliography"]
     assert chapters[-1] == "chapters/14_making_it_fast", chapters
     assert chapters.index("chapters/15_bert_family") < chapters.index("chapters/14_making_it_fast")
     if (ROOT / "chapters/09b_long_documents.ipynb").exists():
         assert chapters.index("chapters/09b_long_documents") == chapters.index("chapters/09_20newsgroups") + 1
+
+
+# ----------------------------------------------------------------------------------- core chapters are lessons
+
+def _core_chapters() -> list[Path]:
+    """The core path: ``toc.core_notebooks()`` (parts whose caption starts with "Core path") once _toc.yml marks
+    them, else chapters 1b and 1 to 8."""
+    import toc
+    if hasattr(toc, "core_notebooks") and (core := [p for p in toc.core_notebooks() if p.parent.name == "chapters"]):
+        return core
+    return [p for p in CHAPTERS if re.match(r"0(1b?|[2-8])_", p.name)]
+
+
+CORE = _core_chapters()
+
+
+def test_flow_words_skip_boxes_code_and_math():
+    md = ("Two words.\n\n:::{admonition} How we know: a long proof\n:class: dropdown\nmany many many words\n:::\n\n"
+          "```{admonition} Solution\n:class: dropdown\nhidden words here\n```\n\n"
+          ":::{note}\nan open note counts\n:::\n\n$$x^2 + y$$ and $a = b$ and `code here` end.")
+    assert prose.main_flow(md).count("many") == 0 and "open note" in prose.main_flow(md)
+    assert prose.words(prose.main_flow(md)) == len("Two words. an open note counts and and end.".split())
+
+
+@pytest.mark.parametrize("path", CORE, **_ids)
+def test_core_chapters_are_lessons(path):
+    n = prose.flow_words(_nb(path))
+    assert n <= prose.MAX_FLOW_WORDS, (
+        f"{path.name}: {n} words of prose in the main flow (limit {prose.MAX_FLOW_WORDS}). Move the proof (tolerances, "
+        "margins, checkpoint cases, timings, library history) into collapsed 'How we know' boxes "
+        f"(:class: dropdown); python tests/prose.py {path.relative_to(ROOT)}")
+
+
+# ---------------------------------------------------------------------------------- one meaning per symbol
+
+#: Uses of a letter that notation.md gives another meaning, as (the letter notation.md must define, what the
+#: use means, patterns). The patterns read the markdown (math included) and, for figure labels, the code.
+FORBIDDEN_USES = [
+    ("σ", "σ as the sigmoid (σ is a standard deviation; write sigmoid)",
+     [r"\\sigma\s*\(", r"σ\(", r"\\sigma\\!?\s*\\left\("]),
+    ("σ", "σ as √(σ² + ε) (σ is the standard deviation alone; write the square root)",
+     [r"\\sigma\s*=\s*\\sqrt\{[^$]*\\epsilon", r"/\s*\\sigma\b(?!\^)"]),
+    ("w", "w as a word (w numbers chapter 9b's windows)", [r"\bword \$w\$", r"\$w\$'s own", r"\bwords? \$w_"]),
+    ("ℓ", "a depth axis that counts ℓ + 1 or ℓ − 1 (plot over ℓ of h^(ℓ), 0 = the embeddings)",
+     [r"ℓ\s*[−-]\s*1\s*\)", r"=\s*(output of|after) layer ℓ\s*[+−-]\s*1", r"after layer ℓ\s*\+\s*1"]),
+    ("W", "a weight before the vector, the column-vector convention (the book writes h W^T + b)",
+     [r"\bW_?\{?\w*\}?\s*\\?,?\s*[hxe]\s*\+\s*b", r"\bW_\{?[12QKVOPC]\}?\s*\\,?\s*\\mathrm\{GELU\}"]),
+    ("T", "attention cost as O(n²·d) (T is the sequence length; d is the head size: O(T²H) per layer)",
+     [r"O\(\s*n\^?\{?2\}?\s*(\\cdot|·)\s*d\s*\)", r"O\(n²·d\)"]),
+]
+
+
+def forbidden_uses(text: str) -> list[str]:
+    return [f"{what}: {h}" for _, what, patterns in FORBIDDEN_USES for h in _hits(patterns, text)]
+
+
+def test_notation_defines_the_symbols_it_forbids_to_reuse():
+    text = (ROOT / "notation.md").read_text(encoding="utf-8")
+    for letter in {letter for letter, _, _ in FORBIDDEN_USES} | {"θ", "ḡ", "PE"}:
+        latex = {"θ": r"\theta", "ḡ": r"g$, $\bar g", "σ": r"\sigma"}.get(letter, letter)
+        entry = rf"^(?:\S+, )*{re.escape(letter)}[ ,(]|^\| \${re.escape(latex)}\$"   # a glossary entry or a table row
+        assert re.search(entry, text, re.M), f"notation.md has no entry for {letter}"
+    assert not forbidden_uses(text), forbidden_uses(text)
+
+
+def test_forbidden_uses_catch_the_old_text():
+    old = [r"$\mathrm{softmax}(z_0, z_1)_0 = \sigma(z_0 - z_1)$",
+           r"with mean $\mu$, $\sigma = \sqrt{\mathrm{var}(r) + \epsilon}$ and $\hat r = (r - \mu)/\sigma$",
+           r"the score of word $w$ at position $t$",
+           'ax.set_xlabel("hidden_states index (emb = embeddings, ℓ = after layer ℓ − 1)")',
+           r"$h \leftarrow h + W_2\,\mathrm{GELU}(W_1 h + b_1) + b_2$", r"costs $O(n^2 \cdot d)$"]
+    for text in old:
+        assert forbidden_uses(text), text
+    new = [r"$\mathrm{softmax}(z_0, z_1)_0 = \mathrm{sigmoid}(z_0 - z_1)$",
+           r"$\hat r = (r - \mu)/\sqrt{\sigma^2 + \epsilon}$", r"$\sigma^2 = \frac{1}{H}\sum_c (x_c - \mu)^2$",
+           r"$h \leftarrow h + \mathrm{GELU}(h W_1^\top + b_1) W_2^\top + b_2$", r"window $w$ gets the score $s_w$",
+           'ax.set_xlabel("ℓ: hidden state $h^{(ℓ)}$ (0 = the embeddings)")', r"$O(T^2 H)$ per layer"]
+    for text in new:
+        assert not forbidden_uses(text), (text, forbidden_uses(text))
+
+
+def _figure_labels(path: Path) -> str:
+    """The strings a chapter's plotting code puts on axes and titles."""
+    return "\n".join(re.findall(r"(?:set_[xy]?label|[xy]label\s*=|set_title|title\s*=)\s*\(?\s*f?\"([^\"]*)\"",
+                                "\n".join(_code(path))))
+
+
+@pytest.mark.parametrize("path", CHAPTERS + [ROOT / p for p in ("notation.md", "glossary.md", "paper_map.md")], **_ids)
+def test_one_meaning_per_symbol(path):
+    text = _markdown(path)
+    if path.suffix == ".ipynb":
+        text += "\n" + _figure_labels(path)
+    found = forbidden_uses(text)
+    assert not found, f"{path.name} gives a letter a meaning notation.md does not:\n" + "\n".join(found)
+
+
+# --------------------------------------------------------------------- numbers about the model are computed
+
+_NUMBER = r"(?:(?<![\w.{`-])[-−+]?\d[\d,]*(?:\.\d+)?(?:e[-−+]?\d+)?(?!\.?x\b)(?![\w-])(?:\s*%|×)?|`(?:True|False)`)"
+#: The subject of a sentence about the checkpoint in use or this run.
+_ABOUT_THIS_MODEL = [
+    r"\bhere,? (?:it|this|that|they|the \w+) (?:is|are|was|were|gives?|reaches|comes to)\b",
+    r"\bhere\b[^.;:!?\n]{0,60}\b(?:is|are|was|were|reaches|gives|scores)\s+(?:about |roughly |only |just |at most "
+    r"|at least )?(?=[-−+]?\d|`)",
+    r"\b(?:this|the) (?:checkpoint|model)(?: in use| on this page)\b", r"\bthis (?:checkpoint|model|run)\b",
+    r"\b(?:this|the default) (?:checkpoint|model)'s\b", r"\bthe default (?:checkpoint|model)\b",
+    r"\bon this (?:model|checkpoint|page|run|machine)\b", r"\bin this run\b",
+]
+UNGLUED_CLAIM = re.compile(r"(?:" + "|".join(_ABOUT_THIS_MODEL) + r")[^.;:!?\n]{0,100}?" + _NUMBER, re.I)
+#: What is not a measured number: references (chapter 4, section 8.3, Figure 9.2), glued values, citations, math
+#: and inline code (but `True`/`False` in code font is a value).
+_NOT_A_MEASUREMENT = re.compile(
+    r"\b(?:chapters?|sections?|§|Figure|Table|Exercise|appendix|part|step|equation|eq\.)\s*\d+[a-z]?(?:\.\d+)*"
+    r"(?:\s*(?:and|to|-|–)\s*\d+[a-z]?(?:\.\d+)*)?|\{(?:glue|ref|doc|cite|term|numref)[:\w]*\}`[^`]*`|\$[^$\n]*\$"
+    r"|`(?!(?:True|False)`)[^`\n]*`", re.I)
+
+
+def unglued_claims(markdown: str) -> list[str]:
+    """Sentences that state a number about the checkpoint in use or this run, typed instead of glued."""
+    text = _NOT_A_MEASUREMENT.sub(" ", markdown)
+    return ["…" + " ".join(m.group(0).split()) + "…" for m in UNGLUED_CLAIM.finditer(text)]
+
+
+def test_unglued_claims_are_found():
+    bad = ["Its flag `pt.pooler_in_checkpoint` says whether the checkpoint stores a pooler: here it is `False`.",
+           "On this model the gap is 0.15.", "This checkpoint reaches 0.535 after four epochs.",
+           "Here the largest difference is 3e-6.", "The model in use has 6 layers.", "In this run it took 45 s."]
+    good = ["Here it is {glue:text}`ch08_pooler_stored`.", "This checkpoint is described in chapter 9.",
+            "On this model the gap is {glue:text}`ch08_gap`.", "Here is the 4.x code.",
+            "BERT-base has 12 layers {cite}`devlin2019bert`.", "The default model stores a pooler (section 8.3)."]
+    for text in bad:
+        assert unglued_claims(text), text
+    for text in good:
+        assert not unglued_claims(text), (text, unglued_claims(text))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, **_ids)
+def test_numbers_about_the_model_are_glued(path):
+    found = unglued_claims(_markdown(path))
+    assert not found, (f"{path.name}: a number about the checkpoint in use or this run is typed; compute it on the "
+                       "page and glue it (or state a general fact with a citation):\n" + "\n".join(found))
+
+
+# ------------------------------------------------------------------------------------ one home for each topic
+
+#: The labels that mark a topic's one home (a `(label)=` line before its heading); other chapters link with
+#: {ref}`label` instead of explaining the topic again.
+HOMES = {"how-we-check": "01b_bert_by_hand", "permutation-equivariance": "02_embeddings",
+         "dropout-explained": "03_layer_norm", "head-split": "05_multi_head_attention",
+         "gelu-exact-vs-tanh": "06_encoder_layer", "previous-token-head": "07_encoder", "pooler-cases": "08_pooler"}
+
+
+def _labels(path: Path) -> set[str]:
+    return set(re.findall(r"^\(([\w-]+)\)=\s*$", _markdown(path), re.M))
+
+
+def test_each_topic_has_its_home():
+    for label, stem in HOMES.items():
+        assert label in _labels(ROOT / "chapters" / f"{stem}.ipynb"), f"{stem} lost its label ({label})="
+
+
+def test_every_ref_has_a_target():
+    pages = [ROOT / f"{f}{suffix}" for f in toc_files() for suffix in (".md", ".ipynb")
+             if (ROOT / f"{f}{suffix}").exists()]
+    defined = set().union(*(_labels(p) for p in pages))
+    missing = []
+    for path in pages:
+        for ref in re.findall(r"\{ref\}`([^`]*)`", _markdown(path)):
+            target = m.group(1) if (m := re.search(r"<([^>]+)>\s*$", ref)) else ref
+            if target.strip() not in defined:
+                missing.append(f"{path.name}: {{ref}}`{ref}`")
+    assert not missing, "references to labels no page defines (a build error under -n):\n" + "\n".join(missing)
+
+
+#: notation.md's one depth axis: a plot over depth is over ℓ of h^(ℓ), with 0 for the embeddings.
+DEPTH_AXIS = "ℓ: hidden state h^(ℓ) (0 = the embeddings)"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, **_ids)
+def test_depth_axes_use_one_label(path):
+    labels = re.findall(r"(?:set_xlabel\(|xlabel\s*=\s*)f?\"([^\"]*)\"", "\n".join(_code(path)))
+    other = [label for label in labels if re.search(r"hidden.?states?|after (each |the )?layer|ℓ", label)
+             and label != DEPTH_AXIS]
+    assert not other, f"{path.name}: depth axes are labelled {DEPTH_AXIS!r} (notation.md, ℓ), not {other}"

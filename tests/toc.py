@@ -24,6 +24,19 @@ def toc_files(toc: dict | list | None = None) -> list[str]:
     return found
 
 
+def core_files(toc: dict | None = None) -> list[str]:
+    """The `file:` entries of the parts whose caption starts with "Core path", in reading order."""
+    if toc is None:
+        toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [f for part in toc.get("parts", []) if str(part.get("caption", "")).startswith("Core path")
+            for f in toc_files(part)]
+
+
+def core_notebooks() -> list[Path]:
+    """The core path's `.ipynb` files (parts captioned "Core path: ..."), in reading order."""
+    return [ROOT / f"{f}.ipynb" for f in core_files() if (ROOT / f"{f}.ipynb").exists()]
+
+
 def notebooks() -> list[Path]:
     """The `.ipynb` files the book's table of contents names, in reading order."""
     return [ROOT / f"{f}.ipynb" for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]

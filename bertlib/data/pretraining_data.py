@@ -74,7 +74,8 @@ def mask_tokens(
     chosen): ``(batch, seq)``. Random numbers come from ``generator`` (a CPU ``torch.Generator``), so a seed fixes
     the result. Returns ``(masked_input_ids, labels)``, both ``(batch, seq)``; the input is not modified.
     Like HF's ``DataCollatorForLanguageModeling``, each token is chosen independently (so the count per sequence
-    varies); the original code chose exactly ``round(0.15 n)`` per sequence. Defined in chapter 11, *Pre-training*.
+    varies); Google's original code chose ``min(max_predictions, max(1, round(0.15 n)))`` per sequence, ``n``
+    counting every token of the pair. Defined in chapter 11, *Pre-training*.
     """
     if (not 0.0 <= mlm_probability <= 1.0 or mask_fraction < 0 or random_fraction < 0
             or mask_fraction + random_fraction > 1):
@@ -197,7 +198,7 @@ class CompactVocab:
 
 def compact_vocab(token_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase, size: int) -> CompactVocab:
     """Keep ``[PAD] [UNK] [CLS] [SEP] [MASK]`` (compact ids 0-4) and the ``size - 5`` most frequent other ids among
-    ``token_ids`` (tokenizer ids, any shape; ties broken by the smaller id). Defined in chapter 11, *Pre-training*."""
+    ``token_ids`` (tokenizer ids, any shape; ties broken by the smaller id). Defined in chapter 11b."""
     specials = [tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id,
                 tokenizer.mask_token_id]
     counts = torch.bincount(torch.as_tensor(token_ids).reshape(-1), minlength=len(tokenizer)).double()
@@ -243,7 +244,7 @@ class PretrainingData:
 
 def tokenize_pairs(pairs: Sequence[NSPPair], tokenizer: PreTrainedTokenizerBase, max_length: int) -> PretrainingData:
     """``[CLS] A [SEP] B [SEP]`` for every pair, truncated (longest segment first) to ``max_length`` and padded to
-    it, with ``token_type_ids`` 0 on ``[CLS] A [SEP]`` and 1 on ``B [SEP]``. Defined in chapter 11, *Pre-training*."""
+    it, with ``token_type_ids`` 0 on ``[CLS] A [SEP]`` and 1 on ``B [SEP]``. Defined in chapter 11b."""
     enc = tokenizer([p.a for p in pairs], [p.b for p in pairs], truncation="longest_first", max_length=max_length,
                     padding="max_length", return_special_tokens_mask=True, return_tensors="pt")
     ids = enc["input_ids"]
@@ -258,7 +259,7 @@ def sample_batch(data: PretrainingData, batch_size: int, generator: torch.Genera
     longest row, and masked afresh with :func:`mask_tokens` (*dynamic* masking: a pair gets new masks each time it
     is drawn). Returns :func:`bert_for_pretraining`'s keyword arguments: ``input_ids`` (masked),
     ``attention_mask``, ``token_type_ids``, ``labels`` (``(batch, seq)`` each) and ``next_sentence_label``
-    ``(batch,)``, on ``device``. Defined in chapter 11, *Pre-training*."""
+    ``(batch,)``, on ``device``. Defined in chapter 11b."""
     idx = torch.randint(len(data), (batch_size,), generator=generator)
     am = data.attention_mask[idx]
     width = int(am.sum(1).max())

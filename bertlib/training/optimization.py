@@ -1,4 +1,4 @@
-"""The optimiser and learning-rate schedule of both trainers: fine-tuning (chapter 9) and pre-training (chapter 11).
+"""The optimiser and learning-rate schedule of both trainers: fine-tuning (chapter 9) and pre-training (chapter 11b).
 
 One recipe, Hugging Face's (``transformers.Trainer``), written once:
 

@@ -68,7 +68,7 @@ def init_state_dict(config: BertConfig, seed: int | None = None, *, heads: bool 
     """A freshly initialised BERT (and, with ``heads``, its pre-training heads), HF's way: every weight matrix and
     embedding table normal with standard deviation ``config.initializer_range``, biases 0, LayerNorm weight 1 and
     bias 0, and the ``[PAD]`` row (``config.pad_token_id``) of the word embeddings 0. Keys as in ``BertModel``
-    plus ``cls.*``. Defined in chapter 11, *Pre-training*.
+    plus ``cls.*``. Defined in chapter 11b, *Pre-training a small BERT from scratch*.
     """
     check_config(config)
     g = seeded_generator(seed)
@@ -161,8 +161,8 @@ class BertPretrainingModel(nn.Module):
     Its ``state_dict()`` uses ``transformers.BertForPreTraining``'s names (``bert.*``, ``cls.*``; the tied decoder
     weight and bias are the same tensors as ``bert.embeddings.word_embeddings.weight`` and ``cls.predictions.bias``
     and are not stored twice), so it loads into HF with ``strict=False``. It trains with SDPA attention and one-kernel
-    LayerNorm and GELU (``fused``, chapter 14): the same function as the formulas, a step of chapter 11's small model
-    about 1.6× faster on a CPU. Defined in chapter 11, *Pre-training*.
+    LayerNorm and GELU (``fused``, chapter 14): the same function as the formulas, a step of chapter 11b's small model
+    about 1.6× faster on a CPU. Defined in chapter 11b.
     """
 
     def __init__(self, state_dict: Mapping[str, torch.Tensor], config: BertConfig, *,
@@ -211,7 +211,7 @@ def train_step(model: BertPretrainingModel, batch: Mapping[str, torch.Tensor], o
     positions only, the summed loss, backward, then :func:`bertlib.training.optimization.optimizer_step` (clip the
     gradient
     norm to ``max_grad_norm``, AdamW step, schedule step, zero the gradients). Returns the forward's output (losses
-    included, detached). Defined in chapter 11, *Pre-training*."""
+    included, detached). Defined in chapter 11b."""
     out = model(**batch, masked_only=True)
     out.loss.backward()
     optimizer_step(model.parameters(), optimizer, scheduler, max_grad_norm)
@@ -249,7 +249,7 @@ def pretrain(
     Each step is :func:`train_step` (gradient norm clipped at 1) on a fresh :func:`sample_batch` of ``batch_size``
     pairs, with :func:`optimizer_and_schedule`: the book's one recipe (:mod:`bertlib.training.optimization`), AdamW with
     ``weight_decay`` on all but biases and LayerNorm weights and a linear warm-up over the first ``warmup``
-    fraction of the steps, then linear decay to 0. Defined in chapter 11, *Pre-training*.
+    fraction of the steps, then linear decay to 0. Defined in chapter 11b.
     """
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(resolve_seed(seed))
