@@ -34,13 +34,14 @@ import torch
 from tqdm.auto import tqdm
 
 from bertlib.data.batches import collate, length_sorted_batches
-from bertlib.data.files import write_text
+from bertlib.data.corpus import check_sizes
+from bertlib.data.files import check_output, write_text
 from bertlib.data.newsgroups import POSTS, VAL_FRACTION, NewsData, encode, load_data
 from bertlib.data.windows import check_windows, encode_windows, pool_windows
 from bertlib.evaluation.inference import best_on_validation, scores
 from bertlib.model.encoder import FAST, bert_forward
 from bertlib.model.pretrained import Pretrained, check_max_length, load_pretrained, model_name
-from bertlib.model.runtime import default_seed, get_device, get_profile, hardware, progress_enabled
+from bertlib.model.runtime import check_device, default_seed, get_device, get_profile, hardware, progress_enabled
 
 #: The three vectors of a post, in the order chapter 9 shows them.
 KINDS: tuple[str, ...] = ("[CLS]", "pooler", "mean")
@@ -199,10 +200,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     try:
         check_windows(cfg.max_length, cfg.window_stride)  # before loading anything: a clear error, no traceback
+        check_sizes(cfg.train_size, cfg.test_size, cfg.val_fraction)
+        check_output(cfg.out, "--out", directory=True)
+        device = check_device(cfg.device, "--device") if cfg.device else get_device()
     except ValueError as err:
-        print(f"python -m bertlib.evaluation.features: error: {err}", file=sys.stderr)
+        print(f"bertlib-features: error: {err}", file=sys.stderr)
         return 2
-    device = torch.device(cfg.device) if cfg.device else get_device()
     t0 = time.perf_counter()
     data = load_data(cfg, remove_headers=cfg.remove_headers, archive=cfg.archive)
     pretrained = load_pretrained(cfg.model, device=device)
