@@ -213,7 +213,8 @@ def test_bench_grid_rows_tiny():
     for r in rows:  # each ratio is over the row it names; the reported figures are rounded to 3 decimals
         assert r.ratio_vs_hf_sdpa == pytest.approx(r.ms / ms["hf-sdpa"], rel=2e-3, abs=2e-3), r
         assert r.ratio_vs_hf_eager == pytest.approx(r.ms / ms["hf-eager"], rel=2e-3, abs=2e-3), r
-        assert r.tokens_per_s == pytest.approx(r.batch * r.seq / (r.ms / 1e3), rel=2e-3, abs=1), r
+        # ms is reported to 3 decimals: at 0.2 ms its rounding alone moves tokens/s by up to 0.25 %
+        assert r.tokens_per_s == pytest.approx(r.batch * r.seq / (r.ms / 1e3), rel=2e-3 + 5e-4 / r.ms, abs=1), r
     table = bench.markdown([r.__dict__ for r in rows])
     assert table.count("\n") == len(rows) + 1
 
