@@ -18,6 +18,7 @@ import dataclasses
 import inspect
 import io
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from functools import partial
 from types import FunctionType, ModuleType, SimpleNamespace
@@ -140,7 +141,8 @@ def run_check(source: str, namespace: Mapping[str, Any], answers: Mapping[str, A
     scope = dict(namespace)
     scope.update(answers)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):  # the learner-mode runs leave no output in the chapter
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():  # the learner-mode runs leave
+            warnings.simplefilter("ignore")  # no output in the chapter: no prints, no warnings on stderr
             exec(compile(source, "<exercise check>", "exec"), scope)
     except Exception as err:  # noqa: BLE001 - what the check raised is the result
         return err
