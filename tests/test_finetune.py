@@ -202,8 +202,10 @@ def test_pipeline_returns_bertlib_label_and_score(runs, tiny_pretrained, tiny_da
     pipe = transformers.pipeline("text-classification", model=str(runs["a"] / "hf"), device=DEVICE)
     theirs = pipe(texts, truncation=True, max_length=64)
     top2 = probs.topk(2, dim=-1).values
+    # on CUDA the pipeline's model and ours pick different matrix-product kernels: 2.0e-6 measured on an H200
+    atol = 2e-6 if DEVICE.type == "cpu" else 1e-5
     for i, out in enumerate(theirs):
-        torch.testing.assert_close(torch.tensor(out["score"]), probs[i].max(), atol=2e-6, rtol=0)
+        torch.testing.assert_close(torch.tensor(out["score"]), probs[i].max(), atol=atol, rtol=0)
         if top2[i, 0] - top2[i, 1] > 1e-4:  # a near-tie may flip on float noise; none is expected
             assert out["label"] == tiny_data.label_names[int(probs[i].argmax())]
 

@@ -145,3 +145,15 @@ def test_the_second_seed():
     assert one["segments"] == 1  # one uninterrupted run
     e = one["baselines"]["ensemble"]
     assert e["tfidf"] == "svc" and e["accuracy"] > one["baselines"]["tfidf_svc"]["accuracy"]
+
+
+@pytest.mark.parametrize("rm", list(SETTINGS))
+def test_gpu_runs_store_the_predictions_they_scored(rm):
+    """results/finetune-gpu (the full profile on one GPU): the per-post predictions give back the accuracy, the model
+    is named, not a path, and both settings classify the same test posts (chapter 9b's paired interval)."""
+    m, other = load("finetune-gpu", rm), load("finetune-gpu", not rm)
+    pred = m["test_predictions"]
+    assert len(pred["index"]) == len(pred["labels"]) == len(pred["model"]) == m["test_size"] == SPLIT_SIZES["test"]
+    assert np.mean(np.asarray(pred["model"]) == np.asarray(pred["labels"])) == pytest.approx(m["accuracy"], abs=1e-12)
+    assert "/" not in m["model"] and m["profile"] == "full" and m["remove_headers"] is rm
+    assert pred["index"] == other["test_predictions"]["index"] and pred["labels"] == other["test_predictions"]["labels"]
