@@ -636,3 +636,48 @@ def test_depth_axes_use_one_label(path):
     other = [label for label in labels if re.search(r"hidden.?states?|after (each |the )?layer|ℓ", label)
              and label != DEPTH_AXIS]
     assert not other, f"{path.name}: depth axes are labelled {DEPTH_AXIS!r} (notation.md, ℓ), not {other}"
+
+
+# ------------------------------------------------------------------------------ a claim's status, in its sentence
+
+#: Where a chapter glues ``Observation.status`` (bertlib.course.claims): the word before the glue, the glue, and
+#: the character after it.
+_STATUS_GLUE = re.compile(r"(\w+)\s+\{glue:text\}`(ch\w+_status)`(.?)")
+
+
+def _status_phrases() -> list[str]:
+    from bertlib.course.claims import UNNAMED, Observation
+
+    measured_on = ("all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2")
+    return [Observation("c", 18.0, 5.0, True, name, asserted, measured_on).status
+            for name, asserted in [("all-MiniLM-L6-v2", True), ("m3e-small", False), (UNNAMED, False)]]
+
+
+def _trigrams(text: str) -> set[tuple[str, ...]]:
+    words = re.findall(r"[\w-]+", text.lower())
+    return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
+
+
+def test_claim_status_reads_in_its_sentence():
+    """Every sentence that glues a claim's status reads as English with each of the phrases the claim can produce
+    (asserted on a measured checkpoint; reported on another, named or not): the glue completes "here it is",
+    "they are", "both bounds are" or "here", is followed by punctuation with no space before it, and the phrase
+    repeats no three words of its sentence (it used to repeat "where its margin was measured")."""
+    phrases = _status_phrases()
+    assert all("measured" not in p and not p.endswith((".", " ")) for p in phrases), phrases
+    seen = 0
+    for path in CHAPTERS:
+        text = _markdown(path)
+        for m in _STATUS_GLUE.finditer(text):
+            if m.group(2) == "ch13_gap_status":          # chapter 13 glues its own sentence, not a claim's status
+                continue
+            seen += 1
+            where = f"{path.name}, {m.group(2)}"
+            assert m.group(1) in {"is", "are", "here", "Here"}, f"{where}: the status follows {m.group(1)!r}"
+            assert m.group(3) in {".", ",", ";", ")"}, f"{where}: {m.group(3)!r} after the status (no space)"
+            start = max(text.rfind(". ", 0, m.start()), text.rfind(".\n", 0, m.start())) + 1
+            before = text[start:m.start()]
+            for phrase in phrases:
+                repeated = _trigrams(before) & _trigrams(phrase)
+                assert not repeated, f"{where}: {phrase!r} repeats {sorted(repeated)} of {' '.join(before.split())!r}"
+    assert seen >= 8, f"only {seen} glued claim statuses found: did the glue names change?"
