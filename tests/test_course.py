@@ -681,3 +681,24 @@ def test_claim_status_reads_in_its_sentence():
                 repeated = _trigrams(before) & _trigrams(phrase)
                 assert not repeated, f"{where}: {phrase!r} repeats {sorted(repeated)} of {' '.join(before.split())!r}"
     assert seen >= 8, f"only {seen} glued claim statuses found: did the glue names change?"
+
+
+# --------------------------------------------------------------------- what the build adds to a page, for a reader
+
+#: Words of the project's tooling that a reader of the book cannot act on.
+DEVELOPER_WORDS = [r"\bmake \w+", r"\bnbval\b", r"\btests/", r"jupyter_cache", r"\bpytest\b", r"_build/"]
+
+
+def test_the_run_time_box_speaks_to_a_reader():
+    """The box at the end of every chapter (_ext/bertbook/measure.py) keeps its facts (time, profile, device,
+    memory, machine) and says them without build commands or test tools, from the book build or from the cache."""
+    measure = pytest.importorskip("bertbook.measure", reason="the book extras (sphinx) are not installed")
+    full = dict(runtime_s=7.2, profile="quick", device="cpu", cpu_count=2, cpu_model="AMD EPYC", torch_threads=1,
+                python="3.11.7", torch="2.13.0+cpu", transformers="5.23.0", peak_rss_mib=1454.0, executed_by="nbval")
+    for record in (full, dict(full, executed_by=None), {"runtime_s": 3.0}):
+        text = " ".join(measure.describe(record))
+        assert re.search(r"ran in \d+(\.\d+)? s", text) and "On a GPU" in text, text
+        found = _hits(DEVELOPER_WORDS, text)
+        assert not found, f"developer language in a reader's box: {found}"
+    text = measure.describe(full)[0]
+    assert "executed when the book was built" in text and "1 torch thread," in text and "1.42 GiB" in text, text

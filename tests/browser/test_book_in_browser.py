@@ -438,7 +438,7 @@ def test_reader_features(visit: Visit):
 @notebook_pages
 def test_chapter_states_its_measured_run_time_and_memory(visit: Visit):
     text = visit.measured
-    assert text, f"{visit.docname}: no 'measured by the build' box (the bertbook extension adds it)"
+    assert text, f"{visit.docname}: no 'What running this page cost' box (the bertbook extension adds it)"
     assert re.search(r"ran in \d+(\.\d+)? s", text), f"{visit.docname}: no run time in {text!r}"
     assert "On a GPU" in text, f"{visit.docname}: the box does not say what changes on a GPU"
     if "no memory figure" in text:
