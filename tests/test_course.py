@@ -702,3 +702,23 @@ def test_the_run_time_box_speaks_to_a_reader():
         assert not found, f"developer language in a reader's box: {found}"
     text = measure.describe(full)[0]
     assert "executed when the book was built" in text and "1 torch thread," in text and "1.42 GiB" in text, text
+
+
+def test_figures_carry_only_the_chapters_numbers():
+    """A figure's caption starts with its chapter's number ("Figure 4.1"), typed by the chapter: ``_config.yml`` keeps
+    Sphinx's numbering off, and the book's extension keeps it off after ``sphinx_jupyterbook_latex`` (which Jupyter
+    Book loads) turns it on for every builder at config-inited, its default priority 500. Without that, every
+    caption read "Fig. 2 Figure 0.1". The browser test checks the built pages (no ``caption-number``)."""
+    bertbook = pytest.importorskip("bertbook", reason="the book extras (sphinx) are not installed")
+    from types import SimpleNamespace
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert config["sphinx"]["config"]["numfig"] is False
+
+    connected = []
+    bertbook.setup(SimpleNamespace(connect=lambda event, fn, priority=500: connected.append((event, fn, priority))))
+    late = [(fn, p) for event, fn, p in connected if event == "config-inited" and p > 500]
+    sphinx_config = SimpleNamespace(numfig=True)            # as sphinx_jupyterbook_latex leaves it
+    for fn, _ in late:
+        fn(None, sphinx_config)
+    assert late and sphinx_config.numfig is False, "nothing turns numfig off after sphinx_jupyterbook_latex"

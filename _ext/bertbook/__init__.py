@@ -7,6 +7,7 @@
 - :mod:`bertbook.cachekey`: the execution cache is emptied when ``bertlib``, the settings or the package versions
   differ from those it was filled under (it may have been filled by ``make test``'s nbval run).
 - ``static/bertbook.css``: wide interactive outputs (bertviz ``model_view``) scroll inside their own box.
+- :func:`chapters_number_their_figures`: ``numfig`` stays off, as ``_config.yml`` asks.
 """
 
 from __future__ import annotations
@@ -37,7 +38,17 @@ def _fresh_cache(app: Sphinx) -> None:
         logger.info("bertbook: emptied the execution cache (bertlib, settings or versions changed since it was filled)")
 
 
+def chapters_number_their_figures(app: Sphinx, config: Any) -> None:
+    """config-inited, after every other extension: ``numfig = False``, as ``_config.yml`` sets it. The chapters
+    number their figures in the caption text ("Figure 4.1"). Jupyter Book 1 loads ``sphinx_jupyterbook_latex``,
+    whose own config-inited handler sets ``numfig = True`` for every builder (HTML too), so every ``{figure}``
+    got a second, book-wide number in front of the chapter's ("Fig. 2 Figure 0.1", "Fig. 7 You are here")."""
+    config.numfig = False
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    # after sphinx_jupyterbook_latex's handler (default priority 500), which turns numfig on
+    app.connect("config-inited", chapters_number_their_figures, priority=900)
     app.connect("config-inited", offline.use_vendored_mathjax)
     app.connect("builder-inited", _fresh_cache)
     app.connect("builder-inited", _add_static)

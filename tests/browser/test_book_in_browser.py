@@ -97,6 +97,7 @@ FEATURES_JS = """() => ({
     .map(a => a.href),
   download: [...document.querySelectorAll('a[href$=".ipynb"], a[href$=".md"]')].map(a => a.getAttribute('href')),
   measured: (document.querySelector('.bertbook-measured') || {}).innerText || null,
+  caption_numbers: [...document.querySelectorAll('.caption-number')].map(e => e.textContent).slice(0, 5),
 })"""
 
 
@@ -425,6 +426,8 @@ def test_screenshot_saved(visit: Visit):
 def test_reader_features(visit: Visit):
     f = visit.features
     assert f["toc"] > 0 and f["search"], f"{visit.docname}: no table of contents or search box"
+    # the chapters number their figures in the caption ("Figure 4.1"); Sphinx's own count stays off (bertbook)
+    assert not f["caption_numbers"], f"{visit.docname}: Sphinx numbered captions {f['caption_numbers']}"
     index = DOCS.index(visit.docname)
     assert f["next"] == (index < len(DOCS) - 1), f"{visit.docname}: next link {'missing' if not f['next'] else 'extra'}"
     if visit.docname in NOTEBOOKS:
