@@ -7,6 +7,7 @@
 - :mod:`bertbook.cachekey`: the execution cache is emptied when ``bertlib``, the settings or the package versions
   differ from those it was filled under (it may have been filled by ``make test``'s nbval run).
 - ``static/bertbook.css``: wide interactive outputs (bertviz ``model_view``) scroll inside their own box.
+- :mod:`bertbook.static_views`: a static picture of every bertviz view's attention, shown when JavaScript is off.
 - :func:`chapters_number_their_figures`: ``numfig`` stays off, as ``_config.yml`` asks.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
-from . import accessibility, cachekey, measure, offline
+from . import accessibility, cachekey, measure, offline, static_views
 
 logger = logging.getLogger(__name__)
 STATIC = Path(__file__).with_name("static")
@@ -60,6 +61,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("env-merge-info", measure.merge)
     # after sphinx.ext.mathjax (priority 500) has added its script tag, so the check below sees it too
     app.connect("html-page-context", offline.rewrite_page, priority=900)
+    app.connect("html-page-context", static_views.add_static_pictures, priority=910)
     app.connect("build-finished", offline.check_written_pages)
     app.connect("build-finished", accessibility.fix_written_pages)
     app.connect("build-finished", measure.write_summary)
