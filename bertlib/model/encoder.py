@@ -169,8 +169,8 @@ def _unpadded_forward(state_dict, config, input_ids, attention_mask, token_type_
         out[indices] = x[0]
         return out.view(batch, seq, -1)
 
-    longest = max(lengths, default=0)
-    extras = AttentionKwargs(cu_seq_lens_q=cu_seqlens, cu_seq_lens_k=cu_seqlens, max_length_q=longest,
+    longest, offsets = max(lengths, default=0), cu_seqlens.cpu()  # on the CPU: the slices are read without a sync
+    extras = AttentionKwargs(cu_seq_lens_q=offsets, cu_seq_lens_k=offsets, max_length_q=longest,
                              max_length_k=longest, is_causal=bool(getattr(config, "is_decoder", False)))
     options = options.replace(attention_kwargs={**options.attention_kwargs, **extras})
     types = None if token_type_ids is None else flat(token_type_ids)
