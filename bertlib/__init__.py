@@ -17,6 +17,7 @@ from bertlib.model.encoder import BertForwardOutput, bert_forward, encoder
 from bertlib.model.layer import activation, attention_output, encoder_layer, feed_forward, gelu, gelu_tanh
 from bertlib.model.layer_norm import layer_norm
 from bertlib.model.multi_head import self_attention, transpose_for_scores
+from bertlib.model.options import AttentionKwargs, ForwardOptions
 from bertlib.model.pooler import pooler
 from bertlib.model.pretrained import (
     Pretrained,
@@ -44,10 +45,10 @@ LAYERS: tuple[str, ...] = (
 )
 
 __all__ = [
-    "ATTENTION_FUNCTIONS", "BertForwardOutput", "LAYERS", "Pretrained", "activation", "attention_head",
-    "attention_output", "bert_forward", "causal_attention_mask", "check_config", "check_inputs", "check_state_dict",
-    "default_model_path", "embeddings", "encoder", "encoder_layer", "expected_shapes", "extended_attention_mask",
-    "feed_forward", "gelu", "gelu_tanh", "get_attention_function", "get_device", "get_profile", "head_slice",
-    "layer_norm", "load_pretrained", "max_length", "pooler", "self_attention", "set_seed", "split_bert_state_dict",
-    "to_hf_model", "tolerance", "transpose_for_scores",
+    "ATTENTION_FUNCTIONS", "AttentionKwargs", "BertForwardOutput", "ForwardOptions", "LAYERS", "Pretrained",
+    "activation", "attention_head", "attention_output", "bert_forward", "causal_attention_mask", "check_config",
+    "check_inputs", "check_state_dict", "default_model_path", "embeddings", "encoder", "encoder_layer",
+    "expected_shapes", "extended_attention_mask", "feed_forward", "gelu", "gelu_tanh", "get_attention_function",
+    "get_device", "get_profile", "head_slice", "layer_norm", "load_pretrained", "max_length", "pooler",
+    "self_attention", "set_seed", "split_bert_state_dict", "to_hf_model", "tolerance", "transpose_for_scores",
 ]

@@ -169,7 +169,8 @@ def test_two_processes_match_one(runs, pretrained):
     for w in (wa, wb):
         model = bertlib.tasks.classifier.BertClassifier(pretrained.state_dict, pretrained.config, len(data.label_names))
         model.load_state_dict(w, strict=True)
-        logits.append(inference.predict_logits(model.to("cpu"), seqs, pretrained.tokenizer.pad_token_id, device="cpu"))
+        logits.append(inference.predict_logits(model.to("cpu"), seqs, pretrained.tokenizer.pad_token_id,
+                                                  inference.PredictOptions(device="cpu")))
     torch.testing.assert_close(logits[1], logits[0], atol=TOL["logits"], rtol=0)
     assert torch.equal(logits[0].argmax(-1), logits[1].argmax(-1)), "a prediction changed"
 

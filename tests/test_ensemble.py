@@ -181,7 +181,7 @@ def test_metrics_hold_the_error_analysis_and_the_ensemble(tiny_pretrained, tmp_p
     model.load_state_dict(load_file(str(tmp_path / checkpoint.BEST)))
     cut = newsgroups.encode(pretrained.tokenizer, data.test.texts, 16, cfg.truncation)
     expected, _ = inference.evaluate(model, cut, data.test.labels, names, pretrained.tokenizer.pad_token_id,
-                                     device="cpu")
+                                     options=inference.PredictOptions(device="cpu"))
     assert m["truncated"]["accuracy"] == expected["accuracy"] and "val_accuracy" in m["truncated"]
     by_length = sum(r["posts"] * r["model_truncated"] for r in m["accuracy_by_length"]) / 24
     assert by_length == pytest.approx(expected["accuracy"], abs=1e-12)

@@ -198,7 +198,8 @@ def test_pipeline_returns_bertlib_label_and_score(runs, tiny_pretrained, tiny_da
     texts = tiny_data.test.texts[:8]  # real posts, longer than 64 tokens: both sides cut at the head
     ours = _our_classifier(pretrained, runs["a"] / "model.safetensors", len(tiny_data.label_names))
     seqs = newsgroups.encode(pretrained.tokenizer, texts, 64, "head")
-    probs = inference.predict_logits(ours, seqs, pretrained.tokenizer.pad_token_id, device=DEVICE).softmax(-1)
+    probs = inference.predict_logits(ours, seqs, pretrained.tokenizer.pad_token_id,
+                                      inference.PredictOptions(device=DEVICE)).softmax(-1)
     pipe = transformers.pipeline("text-classification", model=str(runs["a"] / "hf"), device=DEVICE)
     theirs = pipe(texts, truncation=True, max_length=64)
     top2 = probs.topk(2, dim=-1).values

@@ -282,7 +282,7 @@ def test_training_reduces_both_losses_and_exports_to_hf():
     torch.manual_seed(0)
     model = P.BertPretrainingModel(P.init_state_dict(config, seed=0), config)
     before = P.evaluate(model, data)
-    hist = P.pretrain(model, data, steps=80, batch_size=32, lr=3e-3, seed=0)
+    hist = P.pretrain(model, data, steps=80, recipe=P.PretrainRecipe(batch_size=32, lr=3e-3), seed=0)
     after = P.evaluate(model, data)
     assert len(hist.mlm) == 80 and hist.lr[0] < hist.lr[10] and hist.lr[-1] < hist.lr[10]
     assert after["mlm_loss"] < before["mlm_loss"] - 0.3, (before, after)
@@ -334,7 +334,8 @@ def test_train_step_is_the_step_written_out():
         assert_close(b, a, atol=1e-6, rtol=0, msg=name)
     assert sched.get_last_lr() == [1e-2 * 3 / 4] * 2  # two groups: decay and no decay
 
-    hist = P.pretrain(via_pretrain, data, steps=1, batch_size=16, lr=1e-2, warmup=0.0, seed=7)
+    hist = P.pretrain(via_pretrain, data, steps=1, recipe=P.PretrainRecipe(batch_size=16, lr=1e-2, warmup=0.0),
+                      seed=7)
     for (name, a), b in zip(lib.state_dict().items(), via_pretrain.state_dict().values(), strict=True):
         assert_close(b, a, atol=1e-6, rtol=0, msg=name)
     assert hist.lr == [1e-2] and hist.total == [out.loss.item()]

@@ -24,6 +24,15 @@ from helpers import DEVICE, data_available, needs_data
 
 CLS, SEP = 101, 102
 
+#: Predictions on the test device, in batches of 64 (:class:`inference.PredictOptions`)
+ON_DEVICE = inference.PredictOptions(device=DEVICE)
+
+
+def batches(size: int) -> inference.PredictOptions:
+    """Predictions on the test device in batches of ``size``."""
+    return inference.PredictOptions(batch_size=size, device=DEVICE)
+
+
 #: Texts of 0 to ~150 tokens, plain and varied (no repeated stretch, so a window's place in the body is unambiguous).
 TEXTS = ["", "A short post.", "Does anyone know where to find the drivers for a Diamond Stealth card under OS/2?",
          " ".join(f"item {i} costs {3 * i + 7} dollars" for i in range(25)),
@@ -131,16 +140,16 @@ def test_short_post_is_its_head_truncation(pretrained, model):
     windows, post_index = win.encode_windows(tok, short, 32, 8)
     assert windows == newsgroups.encode(tok, short, 32, "head") and post_index.tolist() == [0, 1, 2]
     for how in win.POOLINGS:
-        pooled = inference.predict_post_logits(model, windows, post_index, len(short), pad, how, device=DEVICE)
+        pooled = inference.predict_post_logits(model, windows, post_index, len(short), pad, how, ON_DEVICE)
         cut = newsgroups.encode(tok, short, 32, "head")
-        assert torch.equal(pooled, inference.predict_logits(model, cut, pad, device=DEVICE))
+        assert torch.equal(pooled, inference.predict_logits(model, cut, pad, ON_DEVICE))
 
 
 @pytest.fixture(scope="module")
 def one_at_a_time(pretrained, model, posts) -> torch.Tensor:
     """The logits of every window of the posts, each window scored alone (batches of one), in the tokenizer's order."""
     windows, _ = win.encode_windows(pretrained.tokenizer, posts, 32, 8)
-    return torch.cat([inference.predict_logits(model, [w], pretrained.tokenizer.pad_token_id, device=DEVICE)
+    return torch.cat([inference.predict_logits(model, [w], pretrained.tokenizer.pad_token_id, ON_DEVICE)
                       for w in windows])
 
 
@@ -149,12 +158,12 @@ def test_pooled_prediction_ignores_batching_and_post_order(pretrained, model, po
     tok, pad, tol = pretrained.tokenizer, pretrained.tokenizer.pad_token_id, bertlib.tolerance(DEVICE)
     windows, post_index = win.encode_windows(tok, posts, 32, 8)
     assert len(windows) >= 3 * len(posts), "the posts should need several windows each"
-    by_all = inference.predict_post_logits(model, windows, post_index, len(posts), pad, how, len(windows), DEVICE)
-    by_some = inference.predict_post_logits(model, windows, post_index, len(posts), pad, how, 3, DEVICE)
+    by_all = inference.predict_post_logits(model, windows, post_index, len(posts), pad, how, batches(len(windows)))
+    by_some = inference.predict_post_logits(model, windows, post_index, len(posts), pad, how, batches(3))
     torch.testing.assert_close(by_some, by_all, **tol)
     order = np.random.default_rng(0).permutation(len(posts))
     shuffled, shuffled_index = win.encode_windows(tok, [posts[i] for i in order], 32, 8)
-    by_order = inference.predict_post_logits(model, shuffled, shuffled_index, len(posts), pad, how, 5, DEVICE)
+    by_order = inference.predict_post_logits(model, shuffled, shuffled_index, len(posts), pad, how, batches(5))
     torch.testing.assert_close(by_order, by_all[torch.as_tensor(order)], **tol)
     assert torch.equal(by_order.argmax(-1), by_all[torch.as_tensor(order)].argmax(-1))
     # and pooling the windows scored one at a time (batches of one), in the tokenizer's order, by hand
@@ -172,10 +181,10 @@ def test_evaluate_by_windows_scores_the_pooled_posts(pretrained, model):
     labels, names = np.array([0, 1, 2, 3, 1]), ["a", "b", "c", "d"]
     windows, post_index = win.encode_windows(tok, TEXTS, 16, 4)
     for how in win.POOLINGS:
-        result, logits = inference.evaluate(model, windows, labels, names, pad, 8, DEVICE, post_index=post_index,
-                                     window_pool=how)
-        assert torch.equal(logits, inference.predict_post_logits(model, windows, post_index, len(TEXTS), pad, how, 8,
-                                                           DEVICE))
+        result, logits = inference.evaluate(model, windows, labels, names, pad, post_index=post_index,
+                                            window_pool=how, options=batches(8))
+        assert torch.equal(logits, inference.predict_post_logits(model, windows, post_index, len(TEXTS), pad, how,
+                                                                 batches(8)))
         assert result["accuracy"] == np.mean(logits.argmax(-1).numpy() == labels)
         assert result["loss"] == pytest.approx(torch.nn.functional.cross_entropy(logits, torch.as_tensor(labels))
                                                .item(), rel=1e-6)
@@ -212,9 +221,9 @@ def test_train_with_eval_windows_scores_whole_posts(tiny_pretrained, tmp_path):
     tok = tiny_pretrained.tokenizer
     windows, post_index = win.encode_windows(tok, texts[:20], 16, 4)
     assert whole.metrics["eval_windows"] and whole.metrics["test_windows"] == len(windows) > 20
+    as_run = inference.PredictOptions(device="cpu", bf16=whole.metrics["precision"] == "bf16 autocast")
     expected = inference.predict_post_logits(whole.model, windows, post_index, 20, tok.pad_token_id, "max",
-    device="cpu",
-                                       bf16=whole.metrics["precision"] == "bf16 autocast")  # as the run scored them
+                                             as_run)  # as the run scored them
     torch.testing.assert_close(whole.test_logits, expected, atol=0, rtol=0)
     assert plain.metrics["test_windows"] is None
     assert not torch.equal(plain.test_logits, whole.test_logits), "the long posts should score differently whole"

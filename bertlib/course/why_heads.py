@@ -17,6 +17,7 @@ from transformers import BertConfig
 
 from bertlib.model.encoder import OUTPUTS_ONLY, bert_forward
 from bertlib.model.multi_head import self_attention
+from bertlib.model.options import ForwardOptions
 from bertlib.model.runtime import normal_init, seeded_generator
 
 
@@ -63,7 +64,7 @@ class OneAttentionLayer(nn.Module):
         """``tokens`` ``(batch, seq)`` → logits ``(batch, seq, 2, vocab)``: the previous and the next token."""
         sd = self.state_dict_view()
         h = self.token[tokens] + self.position[: tokens.shape[1]]
-        context, _ = self_attention(sd, self.config, h, None, check=False)
+        context, _ = self_attention(sd, self.config, h, None, options=ForwardOptions(check=False))
         h = h + F.linear(context, sd["encoder.layer.0.attention.output.dense.weight"],
                          sd["encoder.layer.0.attention.output.dense.bias"])
         return (h @ self.readout.T).unflatten(-1, (2, self.vocab))

@@ -19,6 +19,7 @@ from bertlib.model.encoder import bert_forward
 from bertlib.model.layer import activation
 from bertlib.model.layer_norm import layer_norm
 from bertlib.model.multi_head import self_attention
+from bertlib.model.options import ForwardOptions
 from bertlib.model.runtime import normal_init, progress_enabled, seeded_generator
 
 
@@ -34,7 +35,7 @@ def encoder_layer_without_norm(state_dict: Mapping[str, torch.Tensor], config: B
     ``+ FFN``. ``h``: ``(batch, seq, hidden)`` in and out; ``attention_mask`` additive ``(batch, 1, 1, seq)``.
     Defined in chapter 3 (the layer itself: chapter 6)."""
     p = f"encoder.layer.{layer}."
-    context, _ = self_attention(state_dict, config, h, attention_mask, layer=layer, check=False)
+    context, _ = self_attention(state_dict, config, h, attention_mask, layer=layer, options=ForwardOptions(check=False))
     h = h + F.linear(context, state_dict[p + "attention.output.dense.weight"],
                      state_dict[p + "attention.output.dense.bias"])
     u = F.linear(h, state_dict[p + "intermediate.dense.weight"], state_dict[p + "intermediate.dense.bias"])

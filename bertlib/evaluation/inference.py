@@ -8,6 +8,7 @@ follows: keep what scores best on the validation posts (:func:`best_on_validatio
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
@@ -27,32 +28,45 @@ def autocast(device: torch.device, bf16: bool | None = None):
     return autocast_for(device, enabled=device.type == "cuda" if bf16 is None else bf16)
 
 
-@torch.no_grad()
-def predict_logits(model: torch.nn.Module, seqs: list[list[int]], pad_id: int, batch_size: int = 64,
-                   device: torch.device | str | None = None, *, rank: int = 0, world_size: int = 1,
-                   bf16: bool | None = None) -> torch.Tensor:
-    """``(n, num_labels)`` float32 logits on the CPU, in the order of ``seqs``; eval mode, length-sorted batches;
-    under bfloat16 autocast with ``bf16`` (None: on CUDA only, :func:`autocast`).
+@dataclass(frozen=True)
+class PredictOptions:
+    """How :func:`predict_logits` runs the model over many sequences: ``batch_size`` sequences a batch
+    (length-sorted), on ``device`` (``None``: the model's), as rank ``rank`` of ``world_size`` DDP processes, under
+    bfloat16 autocast with ``bf16`` (``None``: on CUDA only, :func:`autocast`). Defined in chapter 9."""
 
-    Under ``torch.distributed`` (``world_size > 1``, called by every rank) rank ``r`` runs batches ``r``,
+    batch_size: int = 64
+    device: torch.device | str | None = None
+    rank: int = 0
+    world_size: int = 1
+    bf16: bool | None = None
+
+
+@torch.no_grad()
+def predict_logits(model: torch.nn.Module, seqs: list[list[int]], pad_id: int,
+                   options: PredictOptions = PredictOptions()) -> torch.Tensor:
+    """``(n, num_labels)`` float32 logits on the CPU, in the order of ``seqs``; eval mode, length-sorted batches;
+    under bfloat16 autocast with ``options.bf16`` (:class:`PredictOptions`).
+
+    Under ``torch.distributed`` (``options.world_size > 1``, called by every rank) rank ``r`` runs batches ``r``,
     ``r + world_size``, ... and every rank returns all the logits (``all_gather_object``): each batch is exactly
     the one a single process runs, so the logits are the same."""
-    device = torch.device(device) if device is not None else next(model.parameters()).device
+    o = options
+    device = torch.device(o.device) if o.device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
-    batches = length_sorted_batches([len(s) for s in seqs], batch_size)
+    batches = length_sorted_batches([len(s) for s in seqs], o.batch_size)
     out = torch.empty(len(seqs), model.num_labels)
     mine = []
-    for idx in batches[rank::world_size]:
-        with autocast(device, bf16):
+    for idx in batches[o.rank::o.world_size]:
+        with autocast(device, o.bf16):
             logits = model(**collate([seqs[i] for i in idx], pad_id, device))
         out[torch.as_tensor(idx)] = logits = logits.float().cpu()
         mine.append((idx, logits))
     model.train(was_training)
-    if world_size > 1:
+    if o.world_size > 1:
         import torch.distributed as dist
 
-        parts: list = [None] * world_size
+        parts: list = [None] * o.world_size
         dist.all_gather_object(parts, mine)
         for part in parts:
             for idx, logits in part:
@@ -60,15 +74,14 @@ def predict_logits(model: torch.nn.Module, seqs: list[list[int]], pad_id: int, b
     return out
 
 
-def predict_post_logits(model, windows: list[list[int]], post_index, n_posts: int, pad_id: int, how: str = "mean",
-                        batch_size: int = 64, device: torch.device | str | None = None, *, rank: int = 0,
-                        world_size: int = 1, bf16: bool | None = None) -> torch.Tensor:
+def predict_post_logits(model: torch.nn.Module, windows: list[list[int]], post_index, n_posts: int, pad_id: int,
+                        how: str = "mean", options: PredictOptions = PredictOptions()) -> torch.Tensor:
     """``(n_posts, num_labels)`` float32 logits on the CPU: :func:`predict_logits` over all the
-    windows (eval mode, length-sorted batches of ``batch_size`` windows, under DDP shared over the ranks, bfloat16
-    autocast with ``bf16``), then :func:`bertlib.data.windows.pool_windows` by ``how``."""
+    windows (eval mode, length-sorted batches, under DDP shared over the ranks, bfloat16 autocast: the
+    :class:`PredictOptions`), then :func:`bertlib.data.windows.pool_windows` by ``how``."""
     if how not in POOLINGS:  # before running the model
         raise ValueError(f"window pooling must be one of {sorted(POOLINGS)}, got {how!r}.")
-    logits = predict_logits(model, windows, pad_id, batch_size, device, rank=rank, world_size=world_size, bf16=bf16)
+    logits = predict_logits(model, windows, pad_id, options)
     return pool_windows(logits, torch.as_tensor(post_index), n_posts, how)
 
 
@@ -84,20 +97,18 @@ def scores(labels: np.ndarray, pred: np.ndarray, label_names: list[str]) -> dict
 
 
 def evaluate(model: torch.nn.Module, seqs: list[list[int]], labels: np.ndarray, label_names: list[str], pad_id: int,
-             batch_size: int = 64, device: torch.device | str | None = None, *, rank: int = 0,
-             world_size: int = 1, post_index: np.ndarray | None = None,
-             window_pool: str = "mean", bf16: bool | None = None) -> tuple[dict, torch.Tensor]:
+             *, post_index: np.ndarray | None = None, window_pool: str = "mean",
+             options: PredictOptions = PredictOptions()) -> tuple[dict, torch.Tensor]:
     """:func:`scores` of the model's predictions on ``seqs`` plus their mean cross-entropy (``"loss"``), and the
-    ``(n, num_labels)`` logits (:func:`predict_logits`; under DDP every rank calls it and gets everything).
+    ``(n, num_labels)`` logits (:func:`predict_logits` with the :class:`PredictOptions`: batch size, device, DDP
+    rank, bfloat16; under DDP every rank calls it and gets everything).
 
     With ``post_index``, ``seqs`` are the windows of whole posts (:func:`bertlib.data.windows.encode_windows`) and each
-    post's logits are its windows' pooled by ``window_pool`` (:func:`predict_post_logits`). ``bf16``: bfloat16
-    autocast (None: on CUDA only)."""
+    post's logits are its windows' pooled by ``window_pool`` (:func:`predict_post_logits`)."""
     if post_index is None:
-        logits = predict_logits(model, seqs, pad_id, batch_size, device, rank=rank, world_size=world_size, bf16=bf16)
+        logits = predict_logits(model, seqs, pad_id, options)
     else:
-        logits = predict_post_logits(model, seqs, post_index, len(labels), pad_id, window_pool, batch_size, device,
-                                     rank=rank, world_size=world_size, bf16=bf16)
+        logits = predict_post_logits(model, seqs, post_index, len(labels), pad_id, window_pool, options)
     result = scores(labels, logits.argmax(-1).numpy(), label_names)
     result["loss"] = F.cross_entropy(logits, torch.as_tensor(labels, dtype=torch.long)).item()
     return result, logits

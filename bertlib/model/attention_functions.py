@@ -4,21 +4,26 @@ Hugging Face v5 runs one layer loop and plugs the attention kernel in by name (`
 ``config._attn_implementation``); bertlib does the same. Every function here takes the projected heads and
 returns the context, with HF v5's shapes::
 
-    fn(query, key, value, attention_mask, scaling, dropout=0.0, head_mask=None, **kwargs) -> (context, probs)
+    fn(query, key, value, attention_mask, scaling, dropout=0.0, **kwargs: Unpack[AttentionKwargs]) -> (context, probs)
 
 ``query``/``key``/``value``: ``(batch, heads, seq, head_size)``; ``attention_mask``: additive, broadcastable to
 ``(batch, heads, seq, seq)`` (``(batch, 1, 1, seq)`` for padding, ``(batch, 1, seq, seq)`` with a causal mask), or
-``None``; ``scaling``: ``1 / sqrt(head_size)``; ``dropout``: the probability (0 outside training); ``head_mask``:
-``(heads,)`` factors or ``None`` (HF 4.x). ``context``: ``(batch, seq, heads, head_size)``; ``probs``:
+``None``; ``scaling``: ``1 / sqrt(head_size)``; ``dropout``: the probability (0 outside training). ``kwargs``: the
+typed extras (:class:`bertlib.model.options.AttentionKwargs`), ``head_mask`` (``(heads,)`` factors, HF 4.x) and
+the padding-free path's ``cu_seq_lens_q``. ``context``: ``(batch, seq, heads, head_size)``; ``probs``:
 ``(batch, heads, seq, seq)`` or ``None`` when the kernel never forms them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from typing import Unpack
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
+
+from bertlib.model.options import AttentionKwargs
 
 AttentionFunction = Callable[..., tuple[torch.Tensor, torch.Tensor | None]]
 
@@ -28,22 +33,15 @@ def _head_factors(head_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return head_mask.to(dtype)[:, None, None]
 
 
-def eager_attention_forward(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    head_mask: torch.Tensor | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def eager_attention_forward(query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, scaling: float,
+                            dropout: float = 0.0, **kwargs: Unpack[AttentionKwargs]) -> tuple[Tensor, Tensor]:
     """``softmax(Q K^T * scaling + mask)``, dropout, ``* head_mask``, ``@ V``: chapter 5's batched heads.
 
     The scale is applied to ``query`` (``(seq, head_size)`` numbers instead of ``(seq, seq)``; the same product up
     to rounding, appendix 14). The returned probabilities are the masked ones (HF 4.x). HF v5's
     ``eager_attention_forward``.
     """
+    head_mask = kwargs.get("head_mask")
     scores = (query * scaling) @ key.transpose(-1, -2)  # (batch, heads, seq, seq)
     if attention_mask is not None:
         scores = scores + attention_mask
@@ -55,38 +53,24 @@ def eager_attention_forward(
     return (dropped @ value).transpose(1, 2), probs
 
 
-def sdpa_attention_forward(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    head_mask: torch.Tensor | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
+def sdpa_attention_forward(query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, scaling: float,
+                           dropout: float = 0.0, **kwargs: Unpack[AttentionKwargs]) -> tuple[Tensor, None]:
     """PyTorch's fused ``scaled_dot_product_attention``: the probabilities are never formed (``None``).
     ``head_mask`` multiplies each head's context (``(p m) V = m (p V)``). HF v5's ``sdpa_attention_forward``."""
     context = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
                                              scale=scaling)
+    head_mask = kwargs.get("head_mask")
     if head_mask is not None:
         context = context * _head_factors(head_mask, context.dtype)
     return context.transpose(1, 2), None
 
 
-def head_loop_attention_forward(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    head_mask: torch.Tensor | None = None,
-    **kwargs,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def head_loop_attention_forward(query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+                                scaling: float, dropout: float = 0.0,
+                                **kwargs: Unpack[AttentionKwargs]) -> tuple[Tensor, Tensor]:
     """Chapter 4's formula, one head at a time: ``softmax(q_h k_h^T * scaling + mask) v_h`` for each head ``h``,
     then the heads side by side. The same numbers as :func:`eager_attention_forward`, as many small matmuls."""
-    contexts, all_probs = [], []
+    head_mask, contexts, all_probs = kwargs.get("head_mask"), [], []
     for h in range(query.shape[1]):
         scores = (query[:, h] * scaling) @ key[:, h].transpose(-1, -2)  # (batch, seq, seq)
         if attention_mask is not None:
@@ -103,32 +87,26 @@ def head_loop_attention_forward(
     return torch.stack(contexts, dim=2), torch.stack(all_probs, dim=1)
 
 
-def varlen_attention_forward(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    head_mask: torch.Tensor | None = None,
-    *,
-    lengths: Sequence[int],
-    is_causal: bool = False,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
+def varlen_attention_forward(query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None, scaling: float,
+                             dropout: float = 0.0, **kwargs: Unpack[AttentionKwargs]) -> tuple[Tensor, None]:
     """The padding-free path (appendix 14): ``query``/``key``/``value`` are ``(1, heads, tokens, head_size)``, the
-    real tokens of every sequence one after another (``lengths`` of them each, FlashAttention's ``cu_seqlens``).
-    Each sequence attends within its own slice with the fused kernel; no position is padding, so no mask
-    (``is_causal`` for a decoder). Returns ``(1, tokens, heads, head_size)`` and ``None``."""
+    real tokens of every sequence one after another; ``kwargs["cu_seq_lens_q"]`` (``(batch + 1,)``, FlashAttention's
+    ``cu_seqlens``) says where each starts. Each sequence attends within its own slice with the fused kernel; no
+    position is padding, so no mask (``is_causal`` for a decoder). Returns ``(1, tokens, heads, head_size)`` and
+    ``None``."""
     if attention_mask is not None:
         raise ValueError("the padding-free attention takes no additive mask: it has no padding to hide.")
+    if kwargs.get("cu_seq_lens_q") is None:
+        raise ValueError("the padding-free attention needs attention_kwargs['cu_seq_lens_q'], the offsets of the "
+                         "sequences (bertlib.model.encoder.unpad); bert_forward(attn_implementation='unpadded') "
+                         "sets them.")
+    bounds = kwargs["cu_seq_lens_q"].tolist()
     out = torch.empty_like(query)
-    start = 0
-    for length in lengths:
-        s = slice(start, start + length)
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
+        s = slice(start, end)
         out[:, :, s] = F.scaled_dot_product_attention(query[:, :, s], key[:, :, s], value[:, :, s], dropout_p=dropout,
-                                                      is_causal=is_causal, scale=scaling)
-        start += length
+                                                      is_causal=kwargs.get("is_causal", False), scale=scaling)
+    head_mask = kwargs.get("head_mask")
     if head_mask is not None:
         out = out * _head_factors(head_mask, out.dtype)
     return out.transpose(1, 2), None

@@ -10,29 +10,23 @@ from transformers import BertConfig
 
 from bertlib.model.checks import check_config, check_inputs, position_embedding_type
 from bertlib.model.layer_norm import layer_norm
+from bertlib.model.options import DEFAULT_OPTIONS, ForwardOptions
 
 
-def embeddings(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    input_ids: torch.Tensor,
-    token_type_ids: torch.Tensor | None = None,
-    *,
-    position_ids: torch.Tensor | None = None,
-    training: bool = False,
-    fused: bool = False,
-    check: bool = True,
-) -> torch.Tensor:
+def embeddings(state_dict: Mapping[str, torch.Tensor], config: BertConfig, input_ids: torch.Tensor,
+               token_type_ids: torch.Tensor | None = None, *, position_ids: torch.Tensor | None = None,
+               options: ForwardOptions = DEFAULT_OPTIONS) -> torch.Tensor:
     """``LayerNorm(word[input_ids] + token_type[token_type_ids] + position[position_ids])``.
 
     ``input_ids``, ``token_type_ids``: ``(batch, seq)`` integers (segment ids default to 0); ``position_ids``:
     ``(batch, seq)``, ``(1, seq)`` or ``(seq,)``, default ``0..seq-1`` (HF's argument: e.g. packed sequences that
-    restart at 0). Returns ``(batch, seq, hidden)``. Dropout (``hidden_dropout_prob``) only when ``training``.
-    With a relative ``config.position_embedding_type`` no absolute position vector is added (HF 4.x, chapter 13).
-    ``check=False`` skips the input checks (:func:`bertlib.bert_forward` has made them once).
+    restart at 0). Returns ``(batch, seq, hidden)``. With a relative ``config.position_embedding_type`` no absolute
+    position vector is added (HF 4.x, chapter 13). Of the ``options`` (:class:`bertlib.model.options.ForwardOptions`)
+    it reads ``training`` (dropout, ``hidden_dropout_prob``), ``fused`` (the LayerNorm as one kernel) and ``check``
+    (``False`` skips the input checks: :func:`bertlib.bert_forward` has made them once).
     Defined in chapter 2, *Embeddings*; the LayerNorm is chapter 3's.
     """
-    if check:
+    if options.check:
         check_config(config)
         check_inputs(config, input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
     p = "embeddings."
@@ -46,5 +40,5 @@ def embeddings(
             position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)
         x = x + state_dict[p + "position_embeddings.weight"][position_ids]  # (seq, hidden): broadcast over batch
     x = layer_norm(x, state_dict[p + "LayerNorm.weight"], state_dict[p + "LayerNorm.bias"], config.layer_norm_eps,
-                   fused=fused)
-    return F.dropout(x, config.hidden_dropout_prob, training)
+                   fused=options.fused)
+    return F.dropout(x, config.hidden_dropout_prob, options.training)

@@ -5,6 +5,8 @@ This is bertlib's only layer loop. Every variant the book builds runs through it
 chosen by name (``attn_implementation``: ``"eager"``, ``"sdpa"``, ``"head_loop"``, ``"unpadded"``; see
 :mod:`bertlib.model.attention_functions`), and the config decides the rest as in Hugging Face: ``is_decoder`` (a causal
 mask), ``position_embedding_type`` (relative positions, HF 4.x) and ``pruned_heads`` (HF 4.x).
+:func:`bert_forward` takes HF's keywords; below it, every step gets them as one frozen
+:class:`~bertlib.model.options.ForwardOptions`, and only the loop (:func:`encoder`) decides what to keep.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from bertlib.model.checks import (
 )
 from bertlib.model.embeddings import embeddings
 from bertlib.model.layer import encoder_layer
+from bertlib.model.options import DEFAULT_OPTIONS, AttentionKwargs, ForwardOptions
 from bertlib.model.pooler import pooler
 
 #: Keep only the outputs (the last hidden state and the pooled vector): no hidden state per layer, no attention
@@ -69,49 +72,40 @@ def expand_head_mask(config: BertConfig, head_mask: torch.Tensor | None) -> torc
     return head_mask.expand(L, H) if tuple(head_mask.shape) == (H,) else head_mask
 
 
-def encoder(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    hidden_states: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    *,
-    training: bool = False,
-    attn_implementation: str = "eager",
-    fused: bool = False,
-    head_mask: torch.Tensor | None = None,
-    output_hidden_states: bool = True,
-    output_attentions: bool = True,
-    check: bool = True,
-    **attention_kwargs,
-) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor | None, ...]]:
+def encoder(state_dict: Mapping[str, torch.Tensor], config: BertConfig, hidden_states: torch.Tensor,
+            attention_mask: torch.Tensor | None = None, *, head_mask: torch.Tensor | None = None,
+            options: ForwardOptions = DEFAULT_OPTIONS
+            ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor | None, ...]]:
     """Run ``config.num_hidden_layers`` encoder layers, each feeding the next.
 
     ``hidden_states``: the embeddings ``(batch, seq, hidden)``; ``attention_mask``: additive ``(batch, 1, 1, seq)``
     (or ``(batch, 1, seq, seq)``). Returns every hidden state (the input first, ``num_hidden_layers + 1`` in all)
     and every layer's attention probabilities. ``head_mask``: ``(heads,)`` or ``(num_hidden_layers, heads)``
-    factors, row ``i`` for layer ``i`` (chapter 13). ``output_hidden_states=False`` keeps only the last hidden state
-    (a 1-tuple), ``output_attentions=False`` no probabilities (``()``): each layer's tensors can then be freed as
-    soon as the next layer has read them. ``check=True`` validates the config, the weights and the input once,
-    here, not in every layer. ``attention_kwargs`` go to the attention function.
-    Defined in chapter 7, *The encoder loop*.
+    factors, row ``i`` for layer ``i`` (chapter 13). ``options`` (:class:`bertlib.model.options.ForwardOptions`)
+    go to every layer; this loop is the one place that reads their output flags: ``output_hidden_states=False``
+    keeps only the last hidden state (a 1-tuple), ``output_attentions=False`` no probabilities (``()``), so each
+    layer's tensors can be freed as soon as the next layer has read them. ``check=True`` validates the config, the
+    weights and the input once, here, not in every layer. Defined in chapter 7, *The encoder loop*.
     """
-    if check:
+    if options.check:
         check_config(config)
         check_state_dict(state_dict, config, pooler=False)
         check_hidden(config, hidden_states)
-        get_attention_function(attn_implementation)
+        get_attention_function(options.attn_implementation)
+        options = options.replace(check=False)  # checked once, for every layer
     head_mask = expand_head_mask(config, head_mask)
     all_hidden, all_attn = [hidden_states], []
     for layer in range(config.num_hidden_layers):
         hidden_states, probs = encoder_layer(state_dict, config, hidden_states, attention_mask, layer=layer,
-                                             training=training, attn_implementation=attn_implementation, fused=fused,
                                              head_mask=None if head_mask is None else head_mask[layer],
-                                             output_attentions=output_attentions, check=False, **attention_kwargs)
-        all_hidden.append(hidden_states)
-        if output_attentions:
+                                             options=options)
+        if options.output_hidden_states:
+            all_hidden.append(hidden_states)
+        else:
+            all_hidden = [hidden_states]  # let the previous layer's output go
+        if options.output_attentions:
             all_attn.append(probs)
-        if not output_hidden_states:
-            all_hidden = all_hidden[-1:]  # let the previous layer's output go
+        del probs  # unless kept, its memory is free for the next layer
     return tuple(all_hidden), tuple(all_attn)
 
 
@@ -155,13 +149,14 @@ def unpad(attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, lis
     return indices, cu_seqlens, lengths.tolist()
 
 
-def _unpadded_forward(state_dict, config, input_ids, attention_mask, token_type_ids, position_ids, *,
-                      output_hidden_states: bool, **kwargs) -> tuple[tuple[torch.Tensor, ...], tuple]:
+def _unpadded_forward(state_dict, config, input_ids, attention_mask, token_type_ids, position_ids, head_mask,
+                      options: ForwardOptions) -> tuple[tuple[torch.Tensor, ...], tuple]:
     """The padding-free path (appendix 14): only the real tokens, as one ``(1, tokens, hidden)`` sequence through
-    the same loop, each sequence attending within its own slice; hidden states padded back, zeros at padding."""
+    the same loop, each sequence attending within its own slice (``cu_seq_lens_q``, :class:`AttentionKwargs`);
+    hidden states padded back, zeros at padding."""
     batch, seq = input_ids.shape
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-    indices, _, lengths = unpad(mask)
+    indices, cu_seqlens, lengths = unpad(mask)
     if position_ids is None:
         position_ids = torch.arange(seq, device=input_ids.device)
     position_ids = position_ids.expand(batch, seq)
@@ -174,11 +169,13 @@ def _unpadded_forward(state_dict, config, input_ids, attention_mask, token_type_
         out[indices] = x[0]
         return out.view(batch, seq, -1)
 
+    longest, offsets = max(lengths, default=0), cu_seqlens.cpu()  # on the CPU: the slices are read without a sync
+    extras = AttentionKwargs(cu_seq_lens_q=offsets, cu_seq_lens_k=offsets, max_length_q=longest,
+                             max_length_k=longest, is_causal=bool(getattr(config, "is_decoder", False)))
+    options = options.replace(attention_kwargs={**options.attention_kwargs, **extras})
     types = None if token_type_ids is None else flat(token_type_ids)
-    x = embeddings(state_dict, config, flat(input_ids), types, position_ids=flat(position_ids),
-                   training=kwargs["training"], fused=kwargs["fused"], check=False)
-    hidden, attn = encoder(state_dict, config, x, None, output_hidden_states=output_hidden_states, check=False,
-                           lengths=lengths, is_causal=bool(getattr(config, "is_decoder", False)), **kwargs)
+    x = embeddings(state_dict, config, flat(input_ids), types, position_ids=flat(position_ids), options=options)
+    hidden, attn = encoder(state_dict, config, x, None, head_mask=head_mask, options=options)
     return tuple(pad(h) for h in hidden), attn
 
 
@@ -223,22 +220,16 @@ def bert_forward(
     if check:
         _validate(state_dict, config, input_ids, attention_mask, token_type_ids, position_ids,
                   attn_implementation=attn_implementation, add_pooling_layer=add_pooling_layer)
-    run = dict(training=training, attn_implementation=attn_implementation, fused=fused, head_mask=head_mask,
-               output_attentions=output_attentions)
+    options = ForwardOptions(attn_implementation=attn_implementation, fused=fused, training=training, check=False,
+                             output_hidden_states=output_hidden_states, output_attentions=output_attentions)
     if attn_implementation == "unpadded":
-        hidden, attn = _unpadded_forward(state_dict, config, input_ids, attention_mask, token_type_ids,
-                                         position_ids, output_hidden_states=output_hidden_states, **run)
+        hidden, attn = _unpadded_forward(state_dict, config, input_ids, attention_mask, token_type_ids, position_ids,
+                                         head_mask, options)
     else:
-        x = embeddings(state_dict, config, input_ids, token_type_ids, position_ids=position_ids, training=training,
-                       fused=fused, check=False)
+        x = embeddings(state_dict, config, input_ids, token_type_ids, position_ids=position_ids, options=options)
         mask = attention_mask_for(config, attention_mask, input_ids.shape[1], x.dtype, x.device)
-        hidden, attn = encoder(state_dict, config, x, mask, output_hidden_states=output_hidden_states, check=False,
-                               **run)
-    last = hidden[-1]
+        hidden, attn = encoder(state_dict, config, x, mask, head_mask=head_mask, options=options)
     pooled = add_pooling_layer if add_pooling_layer is not None else POOLER_KEYS[0] in state_dict
-    return BertForwardOutput(
-        last_hidden_state=last,
-        pooler_output=pooler(state_dict, config, last) if pooled else None,
-        hidden_states=hidden if output_hidden_states else (),
-        attentions=attn,
-    )
+    return BertForwardOutput(last_hidden_state=hidden[-1],
+                             pooler_output=pooler(state_dict, config, hidden[-1]) if pooled else None,
+                             hidden_states=hidden if output_hidden_states else (), attentions=attn)

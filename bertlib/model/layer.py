@@ -9,10 +9,12 @@ from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from transformers import BertConfig
 
 from bertlib.model.layer_norm import layer_norm
 from bertlib.model.multi_head import self_attention
+from bertlib.model.options import DEFAULT_OPTIONS, ForwardOptions
 
 
 def gelu(x: torch.Tensor) -> torch.Tensor:
@@ -54,40 +56,27 @@ def activation(name: str, *, fused: bool = False) -> Callable[[torch.Tensor], to
     return (FUSED_ACTIVATIONS if fused else ACTIVATIONS)[name]
 
 
-def attention_output(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    context: torch.Tensor,
-    input_tensor: torch.Tensor,
-    *,
-    layer: int = 0,
-    training: bool = False,
-    fused: bool = False,
-) -> torch.Tensor:
+def attention_output(state_dict: Mapping[str, Tensor], config: BertConfig, context: Tensor, input_tensor: Tensor, *,
+                     layer: int = 0, options: ForwardOptions = DEFAULT_OPTIONS) -> Tensor:
     """``LayerNorm(input_tensor + Dropout(context W_O^T + b_O))``: mix the heads, add the residual, normalise.
 
-    ``context`` (concatenated heads) and ``input_tensor`` (the layer's input): ``(batch, seq, hidden)``.
+    ``context`` (concatenated heads) and ``input_tensor`` (the layer's input): ``(batch, seq, hidden)``. Of the
+    ``options`` (:class:`bertlib.model.options.ForwardOptions`) it reads ``training`` (dropout) and ``fused``.
     Defined in chapter 6, *The encoder layer* (HF ``BertSelfOutput``).
     """
     p = f"encoder.layer.{layer}.attention.output."
     h = F.linear(context, state_dict[p + "dense.weight"], state_dict[p + "dense.bias"])
-    h = F.dropout(h, config.hidden_dropout_prob, training)
+    h = F.dropout(h, config.hidden_dropout_prob, options.training)
     return layer_norm(h + input_tensor, state_dict[p + "LayerNorm.weight"], state_dict[p + "LayerNorm.bias"],
-                      config.layer_norm_eps, fused=fused)
+                      config.layer_norm_eps, fused=options.fused)
 
 
-def feed_forward(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    attention_out: torch.Tensor,
-    *,
-    layer: int = 0,
-    training: bool = False,
-    fused: bool = False,
-) -> torch.Tensor:
+def feed_forward(state_dict: Mapping[str, Tensor], config: BertConfig, attention_out: Tensor, *, layer: int = 0,
+                 options: ForwardOptions = DEFAULT_OPTIONS) -> Tensor:
     """``LayerNorm(x + Dropout(act(x W_1^T + b_1) W_2^T + b_2))``, applied to every token independently.
 
-    ``attention_out``: ``(batch, seq, hidden)``; the middle is ``(batch, seq, intermediate)``.
+    ``attention_out``: ``(batch, seq, hidden)``; the middle is ``(batch, seq, intermediate)``. Of the ``options``
+    it reads ``training`` (dropout) and ``fused`` (the activation and LayerNorm as single kernels).
     Defined in chapter 6, *The encoder layer* (HF ``BertIntermediate`` + ``BertOutput``).
     """
     p = f"encoder.layer.{layer}."
@@ -95,47 +84,31 @@ def feed_forward(
     h = F.linear(attention_out, w1, b1)
     applied = getattr(w1, "activation", None)  # a prepacked weight may apply it inside the product (appendix 14)
     if applied is None:
-        h = activation(config.hidden_act, fused=fused)(h)
+        h = activation(config.hidden_act, fused=options.fused)(h)
     elif applied != config.hidden_act:
         raise ValueError(f"layer {layer}'s feed-forward weight applies {applied!r} but config.hidden_act is "
                          f"{config.hidden_act!r}; pack the weights with this config "
                          "(bertlib.variants.fast_linear.pack_weights)")
     h = F.linear(h, state_dict[p + "output.dense.weight"], state_dict[p + "output.dense.bias"])
-    h = F.dropout(h, config.hidden_dropout_prob, training)
+    h = F.dropout(h, config.hidden_dropout_prob, options.training)
     gamma, beta = state_dict[p + "output.LayerNorm.weight"], state_dict[p + "output.LayerNorm.bias"]
-    return layer_norm(h + attention_out, gamma, beta, config.layer_norm_eps, fused=fused)
+    return layer_norm(h + attention_out, gamma, beta, config.layer_norm_eps, fused=options.fused)
 
 
-def encoder_layer(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    hidden_states: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    *,
-    layer: int = 0,
-    training: bool = False,
-    attn_implementation: str = "eager",
-    fused: bool = False,
-    head_mask: torch.Tensor | None = None,
-    output_attentions: bool = True,
-    check: bool = True,
-    **attention_kwargs,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def encoder_layer(state_dict: Mapping[str, Tensor], config: BertConfig, hidden_states: Tensor,
+                  attention_mask: Tensor | None = None, *, layer: int = 0, head_mask: Tensor | None = None,
+                  options: ForwardOptions = DEFAULT_OPTIONS) -> tuple[Tensor, Tensor | None]:
     """Self-attention → output dense + residual + LayerNorm → feed-forward + residual + LayerNorm.
 
-    ``(batch, seq, hidden)`` in and out; also returns the ``(batch, heads, seq, seq)`` attention probabilities.
-    ``attn_implementation`` names the attention function (:mod:`bertlib.model.attention_functions`);
-    ``fused=True``: LayerNorm and GELU as single PyTorch kernels (appendix 14, *Making it fast*).
-    ``head_mask``: ``(heads,)`` factors for this layer's heads (:func:`bertlib.self_attention`; chapter 13).
-    ``output_attentions=False`` returns ``None`` for the probabilities and frees them before the feed-forward runs.
-    ``check=False`` skips the argument checks (the caller made them). ``attention_kwargs`` go to the attention
-    function (the padding-free path's ``lengths``).
-    Defined in chapter 6, *The encoder layer* (HF ``BertLayer``).
+    ``(batch, seq, hidden)`` in and out; also returns the ``(batch, heads, seq, seq)`` attention probabilities
+    (``None`` from a kernel that never forms them, such as ``"sdpa"``). ``head_mask``: ``(heads,)`` factors for
+    this layer's heads (:func:`bertlib.self_attention`; chapter 13). ``options``
+    (:class:`bertlib.model.options.ForwardOptions`) say how every step runs: the attention function
+    (``attn_implementation``), ``fused`` LayerNorm and GELU (appendix 14, *Making it fast*), dropout
+    (``training``), ``check`` and the attention function's extras. What to keep of each layer is the encoder loop's
+    business (:func:`bertlib.encoder`), not the layer's. Defined in chapter 6, *The encoder layer* (HF ``BertLayer``).
     """
     context, probs = self_attention(state_dict, config, hidden_states, attention_mask, layer=layer,
-                                    training=training, attn_implementation=attn_implementation, head_mask=head_mask,
-                                    check=check, **attention_kwargs)
-    if not output_attentions:
-        probs = None
-    attn = attention_output(state_dict, config, context, hidden_states, layer=layer, training=training, fused=fused)
-    return feed_forward(state_dict, config, attn, layer=layer, training=training, fused=fused), probs
+                                    head_mask=head_mask, options=options)
+    attn = attention_output(state_dict, config, context, hidden_states, layer=layer, options=options)
+    return feed_forward(state_dict, config, attn, layer=layer, options=options), probs

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from transformers import BertConfig
 
 from bertlib.model.attention_functions import get_attention_function
@@ -22,6 +23,7 @@ from bertlib.model.checks import (
     kept_heads,
     position_embedding_type,
 )
+from bertlib.model.options import DEFAULT_OPTIONS, ForwardOptions
 from bertlib.model.relative_scores import distance_embedding_key, relative_position_scores
 
 
@@ -45,39 +47,29 @@ def layer_head_mask(config: BertConfig, head_mask: torch.Tensor | None, layer: i
     return head_mask if len(kept) == config.num_attention_heads else head_mask[kept]
 
 
-def self_attention(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    hidden_states: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    *,
-    layer: int = 0,
-    training: bool = False,
-    attn_implementation: str = "eager",
-    head_mask: torch.Tensor | None = None,
-    check: bool = True,
-    **attention_kwargs,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
+def self_attention(state_dict: Mapping[str, Tensor], config: BertConfig, hidden_states: Tensor,
+                   attention_mask: Tensor | None = None, *, layer: int = 0, head_mask: Tensor | None = None,
+                   options: ForwardOptions = DEFAULT_OPTIONS) -> tuple[Tensor, Tensor | None]:
     """Multi-head self-attention of encoder layer ``layer``, every head in one batched matmul.
 
     ``hidden_states``: ``(batch, seq, hidden)``; ``attention_mask``: additive ``(batch, 1, 1, seq)`` (or
     ``(batch, 1, seq, seq)`` with a causal mask) or ``None``. Returns the concatenated heads' context
     ``(batch, seq, kept * head_size)`` and the probabilities ``(batch, kept, seq, seq)``; ``kept`` is
     ``num_attention_heads`` unless ``config.pruned_heads`` removed some of this layer's heads.
-    ``attn_implementation`` names the attention function
-    (:data:`bertlib.model.attention_functions.ATTENTION_FUNCTIONS`):
-    ``"sdpa"`` is PyTorch's fused kernel and returns ``None`` for the probabilities.
     ``head_mask``: ``(heads,)`` or ``None`` (HF 4.x's ``head_mask`` for one layer): head ``h``'s probabilities
     (after dropout) are multiplied by ``head_mask[h]``, so 0 silences the head. With
     ``config.position_embedding_type`` ``relative_key``/``relative_key_query`` (HF 4.x) the distance terms of
-    :func:`bertlib.model.relative_scores.relative_position_scores` are added to the scores. ``check=False`` skips the
-    argument checks (:func:`bertlib.encoder` has made them once).
+    :func:`bertlib.model.relative_scores.relative_position_scores` are added to the scores.
+    ``options`` (:class:`bertlib.model.options.ForwardOptions`): ``attn_implementation`` names the attention
+    function (:data:`bertlib.model.attention_functions.ATTENTION_FUNCTIONS`; ``"sdpa"`` is PyTorch's fused kernel
+    and returns ``None`` for the probabilities), ``training`` turns dropout on, ``check=False`` skips the argument
+    checks (:func:`bertlib.encoder` has made them once) and ``attention_kwargs`` go to the attention function.
     Defined in chapter 5, *All heads, batched*; ``head_mask``, pruning and relative positions in chapter 13.
     """
-    if check:
+    if options.check:
         check_config(config)
         check_hidden(config, hidden_states)
-    attend = get_attention_function(attn_implementation)
+    attend = get_attention_function(options.attn_implementation)
     head_mask = layer_head_mask(config, head_mask, layer)
     p = f"encoder.layer.{layer}.attention.self."
     d = config.hidden_size // config.num_attention_heads
@@ -92,6 +84,7 @@ def self_attention(
         rel = relative_position_scores(q, k, state_dict[distance_embedding_key(layer)],
                                        config.max_position_embeddings, kind) * d**-0.5
         attention_mask = rel if attention_mask is None else rel + attention_mask
-    dropout = config.attention_probs_dropout_prob if training else 0.0
-    context, probs = attend(q, k, v, attention_mask, d**-0.5, dropout, head_mask, **attention_kwargs)
+    dropout = config.attention_probs_dropout_prob if options.training else 0.0
+    context, probs = attend(q, k, v, attention_mask, d**-0.5, dropout,
+                            **{**options.attention_kwargs, "head_mask": head_mask})
     return context.reshape(batch, seq, heads * d), probs

@@ -112,12 +112,13 @@ def static_logits(sd, head_weight, head_bias, config, input_ids, attention_mask)
     (an all-ones mask is dropped there; here it is always added, and adding zeros changes nothing)."""
     from bertlib.model.attention import extended_attention_mask
     from bertlib.model.embeddings import embeddings
-    from bertlib.model.encoder import encoder
+    from bertlib.model.encoder import FAST, encoder
+    from bertlib.model.options import ForwardOptions
     from bertlib.model.pooler import pooler
 
-    x = embeddings(sd, config, input_ids, None, training=False, fused=True, check=False)
-    hidden, _ = encoder(sd, config, x, extended_attention_mask(attention_mask, x.dtype), attn_implementation="sdpa",
-                        fused=True, **OUTPUTS_ONLY, check=False)
+    options = ForwardOptions(**FAST, check=False)
+    x = embeddings(sd, config, input_ids, None, options=options)
+    hidden, _ = encoder(sd, config, x, extended_attention_mask(attention_mask, x.dtype), options=options)
     return F.linear(pooler(sd, config, hidden[-1]), head_weight, head_bias)
 
 

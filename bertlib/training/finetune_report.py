@@ -14,7 +14,7 @@ import transformers
 from bertlib.data.files import write_text
 from bertlib.data.newsgroups import encode, token_counts
 from bertlib.evaluation.ensemble import accuracy_by_length, ensemble_report
-from bertlib.evaluation.inference import evaluate
+from bertlib.evaluation.inference import PredictOptions, evaluate
 from bertlib.model.runtime import hardware
 from bertlib.tasks.export import export_hf
 from bertlib.training.checkpoint import BEST, METRICS, load_weights
@@ -25,9 +25,13 @@ from bertlib.training.optimization import warmup_steps
 def evaluate_split(run: Run, split: str) -> tuple[dict, torch.Tensor]:
     """:func:`evaluate` on ``"val"`` or ``"test"``: truncated posts, or whole posts in windows (``eval_windows``)."""
     return evaluate(run.model, run.seqs[split], getattr(run.data, split).labels, run.data.label_names,
-                    run.pretrained.tokenizer.pad_token_id, run.cfg.eval_batch_size, run.device, rank=run.ddp.rank,
-                    world_size=run.ddp.world_size, post_index=run.post_index.get(split),
-                    window_pool=run.cfg.window_pool, bf16=run.bf16)
+                    run.pretrained.tokenizer.pad_token_id, post_index=run.post_index.get(split),
+                    window_pool=run.cfg.window_pool, options=predict_options(run))
+
+
+def predict_options(run: Run) -> PredictOptions:
+    """How the run predicts: its evaluation batch size, device, DDP rank and bfloat16 setting."""
+    return PredictOptions(run.cfg.eval_batch_size, run.device, run.ddp.rank, run.ddp.world_size, run.bf16)
 
 
 def finish(run: Run, export: bool) -> FinetuneResult:
@@ -69,8 +73,7 @@ def error_analysis(run: Run, test_logits: torch.Tensor) -> dict:
     if run.cfg.eval_windows:  # the same weights on head+tail-truncated posts: what windows changed
         cut = {split: evaluate(run.model, encode(run.pretrained.tokenizer, getattr(d, split).texts, run.cfg.max_length,
                                                  run.cfg.truncation), getattr(d, split).labels, d.label_names,
-                               run.pretrained.tokenizer.pad_token_id, run.cfg.eval_batch_size, run.device,
-                               rank=run.ddp.rank, world_size=run.ddp.world_size, bf16=run.bf16)
+                               run.pretrained.tokenizer.pad_token_id, options=predict_options(run))
                for split in ("val", "test")}
         preds["model_truncated"] = cut["test"][1].argmax(-1).numpy()
         out["truncated"] = {k: cut["test"][0][k] for k in ("accuracy", "macro_f1", "per_class_f1")}

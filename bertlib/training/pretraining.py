@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -35,7 +36,8 @@ from bertlib.tasks.heads import mlm_logits, nsp_logits, pretraining_head_shapes
 from bertlib.training.optimization import adamw, optimizer_step, schedule
 
 __all__ = [
-    "PRETRAIN_ADAM_EPS", "BertPretrainingModel", "PreTrainingOutput", "TrainingHistory", "bert_for_pretraining",
+    "PRETRAIN_ADAM_EPS", "BertPretrainingModel", "PreTrainingKwargs", "PreTrainingOutput", "PretrainRecipe",
+    "TrainingHistory", "bert_for_pretraining",
     "evaluate", "init_state_dict", "optimizer_and_schedule", "pretrain", "pretraining_loss",
     "sinusoidal_position_encoding", "train_step"
 ]
@@ -112,31 +114,34 @@ class PreTrainingOutput:
     nsp_loss: torch.Tensor | None = None
 
 
-def bert_for_pretraining(
-    state_dict: Mapping[str, torch.Tensor],
-    config: BertConfig,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor | None = None,
-    token_type_ids: torch.Tensor | None = None,
-    labels: torch.Tensor | None = None,
-    next_sentence_label: torch.Tensor | None = None,
-    *,
-    training: bool = False,
-    attn_implementation: str = "eager",
-    fused: bool = False,
-    masked_only: bool = False,
-) -> PreTrainingOutput:
+class PreTrainingKwargs(TypedDict, total=False):
+    """The keywords of :func:`bert_for_pretraining` after its inputs (as HF's ``**kwargs: Unpack[...]``):
+    ``masked_only``, and the :func:`bertlib.bert_forward` keywords it passes on (``training``,
+    ``attn_implementation``, ``fused``, ``check``); it always keeps only the outputs (``OUTPUTS_ONLY``)."""
+
+    masked_only: bool
+    training: bool
+    attn_implementation: str
+    fused: bool
+    check: bool
+
+
+def bert_for_pretraining(state_dict: Mapping[str, torch.Tensor], config: BertConfig, input_ids: torch.Tensor,
+                         attention_mask: torch.Tensor | None = None, token_type_ids: torch.Tensor | None = None,
+                         labels: torch.Tensor | None = None, next_sentence_label: torch.Tensor | None = None,
+                         **kwargs: Unpack[PreTrainingKwargs]) -> PreTrainingOutput:
     """BERT + both pre-training heads: equals ``transformers.BertForPreTraining`` given the same weights.
 
     ``state_dict``: ``BertModel`` keys plus ``cls.*`` (:func:`pretraining_head_shapes`). Inputs ``(batch, seq)``.
     ``prediction_logits``: ``(batch, seq, vocab)``, or with ``masked_only`` only the rows where ``labels != -100``,
     ``(n_masked, vocab)``: the loss is the same, and it saves computing the vocabulary-sized product for the 85% of
     positions that have no label. ``seq_relationship_logits``: ``(batch, 2)``. With ``labels`` and
-    ``next_sentence_label`` also the losses. ``fused``: one-kernel LayerNorm and GELU (chapter 14; the same function).
-    Defined in chapter 11, *Pre-training*.
+    ``next_sentence_label`` also the losses. The other keywords (:class:`PreTrainingKwargs`) go to
+    :func:`bertlib.bert_forward`: ``training`` (dropout), ``attn_implementation``, ``fused`` (one-kernel LayerNorm
+    and GELU, chapter 14; the same function). Defined in chapter 11, *Pre-training*.
     """
-    out = bert_forward(state_dict, config, input_ids, attention_mask, token_type_ids, training=training,
-                       attn_implementation=attn_implementation, fused=fused, **OUTPUTS_ONLY)
+    masked_only = kwargs.pop("masked_only", False)
+    out = bert_forward(state_dict, config, input_ids, attention_mask, token_type_ids, **kwargs, **OUTPUTS_ONLY)
     seq_out = out.last_hidden_state
     target = labels
     if masked_only:
@@ -229,37 +234,41 @@ def optimizer_and_schedule(model: BertPretrainingModel, *, steps: int, lr: float
     return optimizer, schedule(optimizer, steps, warmup)
 
 
-def pretrain(
-    model: BertPretrainingModel,
-    data: PretrainingData,
-    *,
-    steps: int,
-    batch_size: int = 32,
-    lr: float = 1e-3,
-    warmup: float = 0.1,
-    weight_decay: float = 0.01,
-    mlm_probability: float = 0.15,
-    seed: int | None = None,
-    max_seconds: float | None = None,
-    log: Callable[[str], None] | None = None,
-    log_every: int = 100,
-) -> TrainingHistory:
+@dataclass(frozen=True)
+class PretrainRecipe:
+    """How :func:`pretrain` trains: ``batch_size`` pairs a step, AdamW at peak rate ``lr`` with ``weight_decay``,
+    a linear warm-up over the first ``warmup`` fraction of the steps then linear decay to 0
+    (:func:`optimizer_and_schedule`), and ``mlm_probability`` of the tokens masked (:func:`sample_batch`).
+    Defined in chapter 11b."""
+
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    mlm_probability: float = 0.15
+
+
+def pretrain(model: BertPretrainingModel, data: PretrainingData, *, steps: int,
+             recipe: PretrainRecipe = PretrainRecipe(), seed: int | None = None, max_seconds: float | None = None,
+             log: Callable[[str], None] | None = None, log_every: int = 100) -> TrainingHistory:
     """Train ``model`` on MLM + NSP for ``steps`` steps (or until ``max_seconds`` have passed).
 
-    Each step is :func:`train_step` (gradient norm clipped at 1) on a fresh :func:`sample_batch` of ``batch_size``
-    pairs, with :func:`optimizer_and_schedule`: the book's one recipe (:mod:`bertlib.training.optimization`), AdamW with
-    ``weight_decay`` on all but biases and LayerNorm weights and a linear warm-up over the first ``warmup``
-    fraction of the steps, then linear decay to 0. Defined in chapter 11b.
+    Each step is :func:`train_step` (gradient norm clipped at 1) on a fresh :func:`sample_batch` of
+    ``recipe.batch_size`` pairs, with :func:`optimizer_and_schedule`: the book's one recipe
+    (:mod:`bertlib.training.optimization`), AdamW with ``recipe.weight_decay`` on all but biases and LayerNorm weights
+    and a linear warm-up over the first ``recipe.warmup`` fraction of the steps, then linear decay to 0 (a
+    :class:`PretrainRecipe`). Every ``log_every`` steps ``log`` gets a line of mean losses. Defined in chapter 11b.
     """
     device = next(model.parameters()).device
     g = torch.Generator().manual_seed(resolve_seed(seed))
-    opt, sched = optimizer_and_schedule(model, steps=steps, lr=lr, warmup=warmup, weight_decay=weight_decay)
+    opt, sched = optimizer_and_schedule(model, steps=steps, lr=recipe.lr, warmup=recipe.warmup,
+                                        weight_decay=recipe.weight_decay)
     hist = TrainingHistory()
     start = time.perf_counter()
     model.train()
     for step in range(steps):
         lr_now = sched.get_last_lr()[0]  # the rate this step runs at
-        out = train_step(model, sample_batch(data, batch_size, g, mlm_probability, device), opt, sched)
+        out = train_step(model, sample_batch(data, recipe.batch_size, g, recipe.mlm_probability, device), opt, sched)
         hist.mlm.append(out.mlm_loss.item())
         hist.nsp.append(out.nsp_loss.item())
         hist.total.append(out.loss.item())
