@@ -636,3 +636,89 @@ def test_depth_axes_use_one_label(path):
     other = [label for label in labels if re.search(r"hidden.?states?|after (each |the )?layer|ℓ", label)
              and label != DEPTH_AXIS]
     assert not other, f"{path.name}: depth axes are labelled {DEPTH_AXIS!r} (notation.md, ℓ), not {other}"
+
+
+# ------------------------------------------------------------------------------ a claim's status, in its sentence
+
+#: Where a chapter glues ``Observation.status`` (bertlib.course.claims): the word before the glue, the glue, and
+#: the character after it.
+_STATUS_GLUE = re.compile(r"(\w+)\s+\{glue:text\}`(ch\w+_status)`(.?)")
+
+
+def _status_phrases() -> list[str]:
+    from bertlib.course.claims import UNNAMED, Observation
+
+    measured_on = ("all-MiniLM-L6-v2", "paraphrase-MiniLM-L3-v2")
+    return [Observation("c", 18.0, 5.0, True, name, asserted, measured_on).status
+            for name, asserted in [("all-MiniLM-L6-v2", True), ("m3e-small", False), (UNNAMED, False)]]
+
+
+def _trigrams(text: str) -> set[tuple[str, ...]]:
+    words = re.findall(r"[\w-]+", text.lower())
+    return {tuple(words[i:i + 3]) for i in range(len(words) - 2)}
+
+
+def test_claim_status_reads_in_its_sentence():
+    """Every sentence that glues a claim's status reads as English with each of the phrases the claim can produce
+    (asserted on a measured checkpoint; reported on another, named or not): the glue completes "here it is",
+    "they are", "both bounds are" or "here", is followed by punctuation with no space before it, and the phrase
+    repeats no three words of its sentence (it used to repeat "where its margin was measured")."""
+    phrases = _status_phrases()
+    assert all("measured" not in p and not p.endswith((".", " ")) for p in phrases), phrases
+    seen = 0
+    for path in CHAPTERS:
+        text = _markdown(path)
+        for m in _STATUS_GLUE.finditer(text):
+            if m.group(2) == "ch13_gap_status":          # chapter 13 glues its own sentence, not a claim's status
+                continue
+            seen += 1
+            where = f"{path.name}, {m.group(2)}"
+            assert m.group(1) in {"is", "are", "here", "Here"}, f"{where}: the status follows {m.group(1)!r}"
+            assert m.group(3) in {".", ",", ";", ")"}, f"{where}: {m.group(3)!r} after the status (no space)"
+            start = max(text.rfind(". ", 0, m.start()), text.rfind(".\n", 0, m.start())) + 1
+            before = text[start:m.start()]
+            for phrase in phrases:
+                repeated = _trigrams(before) & _trigrams(phrase)
+                assert not repeated, f"{where}: {phrase!r} repeats {sorted(repeated)} of {' '.join(before.split())!r}"
+    assert seen >= 8, f"only {seen} glued claim statuses found: did the glue names change?"
+
+
+# --------------------------------------------------------------------- what the build adds to a page, for a reader
+
+#: Words of the project's tooling that a reader of the book cannot act on.
+DEVELOPER_WORDS = [r"\bmake \w+", r"\bnbval\b", r"\btests/", r"jupyter_cache", r"\bpytest\b", r"_build/"]
+
+
+def test_the_run_time_box_speaks_to_a_reader():
+    """The box at the end of every chapter (_ext/bertbook/measure.py) keeps its facts (time, profile, device,
+    memory, machine) and says them without build commands or test tools, from the book build or from the cache."""
+    measure = pytest.importorskip("bertbook.measure", reason="the book extras (sphinx) are not installed")
+    full = dict(runtime_s=7.2, profile="quick", device="cpu", cpu_count=2, cpu_model="AMD EPYC", torch_threads=1,
+                python="3.11.7", torch="2.13.0+cpu", transformers="5.23.0", peak_rss_mib=1454.0, executed_by="nbval")
+    for record in (full, dict(full, executed_by=None), {"runtime_s": 3.0}):
+        text = " ".join(measure.describe(record))
+        assert re.search(r"ran in \d+(\.\d+)? s", text) and "On a GPU" in text, text
+        found = _hits(DEVELOPER_WORDS, text)
+        assert not found, f"developer language in a reader's box: {found}"
+    text = measure.describe(full)[0]
+    assert "executed when the book was built" in text and "1 torch thread," in text and "1.42 GiB" in text, text
+
+
+def test_figures_carry_only_the_chapters_numbers():
+    """A figure's caption starts with its chapter's number ("Figure 4.1"), typed by the chapter: ``_config.yml`` keeps
+    Sphinx's numbering off, and the book's extension keeps it off after ``sphinx_jupyterbook_latex`` (which Jupyter
+    Book loads) turns it on for every builder at config-inited, its default priority 500. Without that, every
+    caption read "Fig. 2 Figure 0.1". The browser test checks the built pages (no ``caption-number``)."""
+    bertbook = pytest.importorskip("bertbook", reason="the book extras (sphinx) are not installed")
+    from types import SimpleNamespace
+
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    assert config["sphinx"]["config"]["numfig"] is False
+
+    connected = []
+    bertbook.setup(SimpleNamespace(connect=lambda event, fn, priority=500: connected.append((event, fn, priority))))
+    late = [(fn, p) for event, fn, p in connected if event == "config-inited" and p > 500]
+    sphinx_config = SimpleNamespace(numfig=True)            # as sphinx_jupyterbook_latex leaves it
+    for fn, _ in late:
+        fn(None, sphinx_config)
+    assert late and sphinx_config.numfig is False, "nothing turns numfig off after sphinx_jupyterbook_latex"

@@ -98,14 +98,15 @@ def test_checkpoint_claim_asserts_where_measured_and_reports_elsewhere(monkeypat
 
     obs = claims.checkpoint_claim("head over chance", 18.0, 5.0, measured, measured=registry)
     assert obs.asserted and obs.holds and obs.margin == pytest.approx(13.0)
-    assert obs.status == "asserted on measured-bert, where its margin was measured"
+    assert obs.status == "asserted, since this page runs on measured-bert"
     # the same claim failing on the measured checkpoint is an error: the policy can fail
     with pytest.raises(AssertionError, match="head over chance"):
         claims.checkpoint_claim("head over chance", 3.6, 5.0, measured, measured=registry)
     # on a checkpoint whose margin nobody measured, a miss is reported, glued and recorded, never raised
     obs = claims.checkpoint_claim("head over chance", 3.6, 5.0, unmeasured, measured=registry)
     assert not obs.asserted and not obs.holds and obs.checkpoint == "another-bert"
-    assert str(obs).startswith("3.6 (misses the bound > 5)") and "measured on (measured-bert)" in str(obs)
+    assert str(obs).startswith("3.6 (misses the bound > 5)") and "measured on measured-bert" in str(obs)
+    assert obs.status == "reported but not asserted, since this page runs on another-bert, which is not one of them"
     assert "reported, not asserted" in capsys.readouterr().out
     upper = claims.checkpoint_claim("gap at the embeddings", 0.01, 0.05, unmeasured, above=False, measured=registry)
     assert upper.holds and str(upper).startswith("0.01 (meets the bound < 0.05)")

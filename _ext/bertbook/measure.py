@@ -86,41 +86,42 @@ def _mib(x: float) -> str:
 
 
 def describe(record: dict[str, Any]) -> tuple[str, str]:
-    """The two sentences a chapter page shows: what this build measured, and what changes on a GPU."""
+    """The two sentences a chapter page shows its reader: what running the page cost when the book was built, and
+    what changes on a GPU. Written for the reader (no build commands, no test tools); ``executed_by`` (the book
+    build or the ``make test`` run that filled its cache) stays in ``_build/measurements.json``."""
     runtime = record.get("runtime_s")
     gpu = ("On a GPU: with CUDA present (or `BERTLIB_DEVICE=cuda`) the chapter runs there and defaults to the "
            "`full` profile (all the data, sequences up to 512 tokens; `BERTLIB_PROFILE=quick` keeps the CPU "
-           "workload). TF32 stays off, so the float32 checks hold with the same tolerance. `make gpu` builds the "
-           "book on the GPU, and this box then reports that run's time and its peak GPU memory.")
+           "workload). TF32 stays off, so the float32 checks hold with the same tolerance. A book built on a GPU "
+           "gives that run's time here, and its peak GPU memory.")
     profile = f"the {record['profile']} profile" if record.get("profile") else "its default profile"
     if record.get("gpu"):
         device = f"a GPU ({record['gpu']})"
     elif record.get("device"):
-        device = "CPU" if record["device"] == "cpu" else record["device"]
+        device = "the CPU" if record["device"] == "cpu" else record["device"]
     else:
         device = "an unrecorded device"
     machine = []
     if record.get("cpu_count"):
         machine.append(f"{record['cpu_count']} CPU cores ({record.get('cpu_model', '?')})")
-    if record.get("torch_threads"):
-        machine.append(f"{record['torch_threads']} torch threads")
-    machine += [f"{k} {record[k]}" for k in ("python", "torch", "transformers") if record.get(k)]
+    if threads := record.get("torch_threads"):
+        machine.append(f"{threads} torch thread{'' if threads == 1 else 's'}")
+    machine += [f"{name} {record[k]}" for k, name in (("python", "Python"), ("torch", "torch"),
+                                                      ("transformers", "transformers")) if record.get(k)]
     if record.get("peak_rss_mib") is not None:
-        memory = f"a peak memory of {_mib(record['peak_rss_mib'])} (resident set of the notebook's kernel)"
+        memory = f"a peak memory of {_mib(record['peak_rss_mib'])}"
         if record.get("cuda_peak_allocated_mib") is not None:
-            memory += f" and {_mib(record['cuda_peak_allocated_mib'])} of GPU memory allocated at most"
+            memory += f" (and {_mib(record['cuda_peak_allocated_mib'])} of GPU memory at most)"
     else:
-        memory = ("no memory figure was recorded for that run (build with an empty _build/.jupyter_cache to "
-                  "measure it)")
+        memory = "no memory figure was recorded for that run"
     took = f"{runtime:.1f} s" if isinstance(runtime, (int, float)) else "an unrecorded time"
     if record.get("peak_rss_mib") is None:
-        measured = (f"This chapter's outputs come from the execution cache of an earlier build, in which its notebook "
-                    f"ran in {took} (kernel start included); {memory}.")
+        measured = (f"The outputs on this page come from an earlier build of the book, in which its code ran in "
+                    f"{took} (starting Python included); {memory}.")
         return measured, gpu
-    when = ("When `make test` ran before this build (nbval executed the notebook, and the book shows that run's "
-            "outputs)" if record.get("executed_by") == "nbval" else "When this book was built")
-    measured = (f"{when}, this chapter's notebook ran in {took} (kernel start included) in "
-                f"{profile} on {device}, with {memory}. Machine: " + ", ".join(machine or ["not recorded"]) + ".")
+    measured = (f"This page was executed when the book was built: its code ran in {took} (starting Python "
+                f"included) in {profile} on {device}, with {memory}. The machine: "
+                + ", ".join(machine or ["not recorded"]) + ".")
     return measured, gpu
 
 
@@ -160,7 +161,7 @@ def after_read(app: Sphinx, doctree: nodes.document) -> None:
 
     measured, gpu = describe(record)
     box = nodes.admonition(classes=["bertbook-measured"])
-    box += nodes.title(text="Run time and memory, measured by the build")
+    box += nodes.title(text="What running this page cost")
     box += _paragraph(measured)
     box += _paragraph(gpu)
     section = doctree.next_node(nodes.section)

@@ -71,3 +71,97 @@ def label_controls(html: str) -> tuple[str, int]:
     return _UNLABELLED_SELECT.subn(
         lambda m: f'<select{m.group(1)}id={m.group(2)}{m.group(3)}{m.group(2)} '
                   f'aria-label="{CONTROL_LABELS[m.group(3)]}"', html)
+
+
+# --- A static picture of a view, for a page read without JavaScript ----------------------------------------------
+# bertviz draws with JavaScript. A reader of the HTML book without it (a text browser, scripts blocked, a page saved
+# as text) saw only the empty "Layer: Head:" controls. The book build (``_ext/bertbook/static_views.py``) reads the
+# attention each view embeds in the page and puts this picture of it in a <noscript> beside the view.
+
+_PARAMS = re.compile(r"(?:const params|window\.bertviz_params)\s*=\s*")
+
+
+def view_params(html: str) -> list[dict]:
+    """The parameters (attention, tokens, chosen layer and head) of every bertviz view whose script is in ``html``:
+    ``head_view`` and ``model_view`` write ``const params = {...}``, ``neuron_view`` ``window.bertviz_params = {...}``
+    (both JSON). Each dict gains ``"kind"``: ``"head"``, ``"model"`` or ``"neuron"``."""
+    import json
+
+    decoder, found = json.JSONDecoder(), []
+    for m in _PARAMS.finditer(html):
+        try:
+            params, _ = decoder.raw_decode(html, m.end())
+        except json.JSONDecodeError:     # the template marker (PYTHON_PARAMS) or another script's object
+            continue
+        if not (isinstance(params, dict) and "root_div_id" in params and params.get("attention")):
+            continue
+        if isinstance(params["attention"], dict):
+            kind = "neuron"
+        else:
+            kind = "model" if "include_heads" in params else "head"
+        found.append(dict(params, kind=kind))
+    return found
+
+
+def _panels(params: dict) -> tuple[list, list[str], list[str], list[tuple[int, int]], str]:
+    """(attention matrices, query tokens, key tokens, (layer, head) of each panel, what is shown) of one view."""
+    if params["kind"] == "neuron":
+        view = params["attention"].get("all") or next(iter(params["attention"].values()))
+        layer, head = params.get("layer") or 0, params.get("head") or 0
+        return ([view["attn"][layer][head]], view["left_text"], view["right_text"], [(layer, head)],
+                f"layer {layer}, head {head}")
+    view = params["attention"][0]
+    layers = params.get("include_layers") or list(range(len(view["attn"])))
+    if params["kind"] == "model":
+        heads = params.get("include_heads") or list(range(len(view["attn"][0])))
+        cells = [(i, j) for i in range(len(layers)) for j in range(len(heads))]
+        return ([view["attn"][i][j] for i, j in cells], view["left_text"], view["right_text"],
+                [(layers[i], heads[j]) for i, j in cells], f"every head of layers {layers[0]} to {layers[-1]}")
+    i = layers.index(params["layer"]) if params.get("layer") in layers else 0
+    heads = params.get("heads") or list(range(len(view["attn"][i])))
+    return ([view["attn"][i][h] for h in heads], view["left_text"], view["right_text"], [(layers[i], h) for h in heads],
+            f"every head of layer {layers[i]}")
+
+
+def static_picture(params: dict, dpi: int = 80) -> tuple[bytes, str]:
+    """A PNG of the attention a bertviz view shows (one heat map per head: row = query token, column = key token,
+    darker = more attention; a ``model_view`` as a grid of layers by heads, like the view itself) and a sentence
+    that describes it, for the image's alt text. ``params``: one entry of :func:`view_params`."""
+    import io
+    import textwrap
+
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    mats, left, right, where, shown = _panels(params)
+    n = len(mats)
+    layers = sorted({layer for layer, _ in where})
+    cols = n // len(layers) if params["kind"] == "model" else min(n, 6)
+    rows = -(-n // cols)
+    labelled = n <= 12                   # token names fit on the panels of one layer, not on a grid of every layer
+    size = (4.0 if n == 1 else 2.4) if labelled else 0.75
+    width = cols * size + 1.2 * labelled
+    fig = Figure(figsize=(width, rows * (size + 0.3 + 0.5 * labelled) + 0.8), dpi=dpi)
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    for ax, mat, (layer, head) in zip(axes[:n], mats, where, strict=True):
+        ax.imshow(np.asarray(mat, dtype=float), cmap="Blues", vmin=0.0, vmax=1.0)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        ax.set_title(f"layer {layer}, head {head}" if labelled else f"L{layer} H{head}", fontsize=9 if labelled else 7)
+    if labelled:
+        for k, ax in enumerate(axes[:n]):
+            if k % cols == 0:
+                ax.set_yticks(range(len(left)), left, fontsize=7)
+            if k >= n - cols:
+                ax.set_xticks(range(len(right)), right, fontsize=7, rotation=90)
+    for ax in axes[n:]:
+        ax.set_axis_off()
+    title = f"Attention, {shown} (row: query token, column: key token; darker: more attention)"
+    fig.suptitle(textwrap.fill(title, width=max(30, int(width * 11))), fontsize=10)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    maps = "a heat map" if n == 1 else "one heat map per head"
+    text = (f"A static picture of the same attention, {shown}: {maps}, in which row i, column j is how much token i "
+            f"attends to token j (darker is more). Tokens: {' '.join(left)}.")
+    return buf.getvalue(), text

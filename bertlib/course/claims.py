@@ -101,6 +101,10 @@ def measured_checkpoint(pretrained: Any, measured: Mapping[str, str] | None = No
     return measured.get(checkpoint_fingerprint(pretrained.state_dict, pretrained.config))
 
 
+#: What :class:`Observation` calls a checkpoint that has no name.
+UNNAMED = "an unnamed checkpoint"
+
+
 @dataclass(frozen=True)
 class Observation:
     """What :func:`checkpoint_claim` saw: the value, the bound, whether it was asserted, and a sentence for the
@@ -125,16 +129,25 @@ class Observation:
 
     @property
     def status(self) -> str:
-        """Whether the page asserted the claim, and why: a phrase to glue into the sentence that makes it."""
+        """Whether the page asserted the claim, and why: a participle phrase that completes the sentence stating
+        the claim, which has just named the checkpoints where it was measured: "...; here it is {status}." (also
+        after "they are", "both bounds are" or a bare "here"). It repeats neither that list nor "measured", and
+        agrees with a singular or a plural subject: "asserted, since this page runs on all-MiniLM-L6-v2", or
+        "reported but not asserted, since this page runs on m3e-small, which is not one of them"."""
         if self.asserted:
-            return f"asserted on {self.checkpoint}, where its margin was measured"
-        return (f"reported, not asserted: {self.checkpoint} is not one of the checkpoints its margin was measured "
-                f"on ({' and '.join(self.measured_on)})")
+            return f"asserted, since this page runs on {self.checkpoint}"
+        if self.checkpoint == UNNAMED:
+            return "reported but not asserted, since this page's checkpoint is not one of them"
+        return f"reported but not asserted, since this page runs on {self.checkpoint}, which is not one of them"
 
     def __str__(self) -> str:
+        """The value, the bound and the verdict, printed by the cell on its own (so naming the checkpoints)."""
         relation = ">" if self.above else "<"
         verdict = "meets" if self.holds else "misses"
-        return f"{self.observed:.3g} ({verdict} the bound {relation} {self.bound:.3g}); {self.status}"
+        where = " and ".join(self.measured_on) or "no checkpoint"
+        done = "asserted" if self.asserted else "reported, not asserted"
+        return (f"{self.observed:.3g} ({verdict} the bound {relation} {self.bound:.3g}); {done}: its margin was "
+                f"measured on {where}, and this page runs on {self.checkpoint}")
 
 
 def checkpoint_claim(name: str, observed: float, bound: float, pretrained: Any, *, above: bool = True,
@@ -150,7 +163,7 @@ def checkpoint_claim(name: str, observed: float, bound: float, pretrained: Any, 
     measured = MEASURED_CHECKPOINTS if measured is None else measured
     observed, bound = float(observed), float(bound)
     known = measured_checkpoint(pretrained, measured)
-    label = known or getattr(pretrained, "name", None) or "this checkpoint"
+    label = known or getattr(pretrained, "name", None) or UNNAMED
     obs = Observation(name, observed, bound, above, label, known is not None, tuple(dict.fromkeys(measured.values())))
     if obs.asserted:
         assert_margin(name, observed, bound, above=above)

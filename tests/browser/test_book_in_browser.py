@@ -97,6 +97,7 @@ FEATURES_JS = """() => ({
     .map(a => a.href),
   download: [...document.querySelectorAll('a[href$=".ipynb"], a[href$=".md"]')].map(a => a.getAttribute('href')),
   measured: (document.querySelector('.bertbook-measured') || {}).innerText || null,
+  caption_numbers: [...document.querySelectorAll('.caption-number')].map(e => e.textContent).slice(0, 5),
 })"""
 
 
@@ -425,6 +426,8 @@ def test_screenshot_saved(visit: Visit):
 def test_reader_features(visit: Visit):
     f = visit.features
     assert f["toc"] > 0 and f["search"], f"{visit.docname}: no table of contents or search box"
+    # the chapters number their figures in the caption ("Figure 4.1"); Sphinx's own count stays off (bertbook)
+    assert not f["caption_numbers"], f"{visit.docname}: Sphinx numbered captions {f['caption_numbers']}"
     index = DOCS.index(visit.docname)
     assert f["next"] == (index < len(DOCS) - 1), f"{visit.docname}: next link {'missing' if not f['next'] else 'extra'}"
     if visit.docname in NOTEBOOKS:
@@ -438,7 +441,7 @@ def test_reader_features(visit: Visit):
 @notebook_pages
 def test_chapter_states_its_measured_run_time_and_memory(visit: Visit):
     text = visit.measured
-    assert text, f"{visit.docname}: no 'measured by the build' box (the bertbook extension adds it)"
+    assert text, f"{visit.docname}: no 'What running this page cost' box (the bertbook extension adds it)"
     assert re.search(r"ran in \d+(\.\d+)? s", text), f"{visit.docname}: no run time in {text!r}"
     assert "On a GPU" in text, f"{visit.docname}: the box does not say what changes on a GPU"
     if "no memory figure" in text:
