@@ -6,4 +6,5 @@
   (:mod:`~bertlib.training.distributed`)
 - :mod:`~bertlib.training.optimization`: AdamW groups and the warm-up schedule
 - :mod:`~bertlib.training.pretraining`: MLM + NSP pre-training from scratch
+- :mod:`~bertlib.training.small_bert`: chapter 11b's small BERT (its recipe), reused by chapter 15
 """
