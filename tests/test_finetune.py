@@ -45,9 +45,12 @@ from bertlib.training import checkpoint, finetune_config, finetune_state, optimi
 from bertlib.training import finetune as ft
 from helpers import DEVICE, needs_data, one_thread
 
+# the pooled [CLS] (exported to HF: the quick profile's mean cannot be), head+tail, a tenth validating
 TINY = ["--profile", "quick", "--train-size", "120", "--test-size", "40", "--max-length", "64", "--max-steps", "6",
-        "--seed", "3", "--checkpoint-every", "100", "--device", "cpu"]
-TINY_CFG = dict(train_size=120, test_size=40, max_length=64, max_steps=6, seed=3, checkpoint_every=100, device="cpu")
+        "--seed", "3", "--checkpoint-every", "100", "--device", "cpu", "--pooling", "pooler", "--truncation",
+        "head_tail", "--val-fraction", "0.1"]
+TINY_CFG = dict(train_size=120, test_size=40, max_length=64, max_steps=6, seed=3, checkpoint_every=100, device="cpu",
+                pooling="pooler", truncation="head_tail", val_fraction=0.1)
 METRIC_KEYS = {"accuracy", "macro_f1", "per_class_f1", "profile", "device", "epochs", "wall_time_s", "tokens_per_s",
                "history", "seed", "max_length", "train_size", "test_size", "remove_headers", "truncation",
                "final_train_loss", "best_epoch", "best_val_accuracy", "steps"}
@@ -315,8 +318,10 @@ def test_training_learns_four_classes(pretrained, tmp_path):
     test accuracy over seeds 0-7 (seed = data_seed, torch 1 thread): 0.5875 to 0.7875, seed 3: 0.6625 (also with
     2 threads: seed 0 0.6625 at 1 and 2). Chance is 0.25; the bound 0.45 leaves 0.14 below the worst seed."""
     cfg = finetune_config.profile_config("quick", train_size=88, test_size=80, max_length=64, max_steps=15,
-    epochs=100, seed=3,
-                            data_seed=3, checkpoint_every=1000, device="cpu")
+                                         epochs=100, seed=3, data_seed=3, checkpoint_every=1000, device="cpu",
+                                         # the design these seeds were measured with (the quick profile's before)
+                                         val_fraction=0.1, truncation="head_tail", pooling="pooler", lr=2e-4,
+                                         head_lr=2e-3)
     data = newsgroups.split_data(*_four_classes("train"), *_four_classes("test"), FOUR, cfg)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
