@@ -615,6 +615,31 @@ def test_padding_row_gets_no_gradient_as_in_hugging_face():
     torch.testing.assert_close(g_ours, g_hf, atol=1e-6, rtol=1e-4)
 
 
+def test_mean_pooling_is_hf_bertmodel_averaged_and_refuses_export():
+    """pooling="mean" (the quick profile): the logits are the new layer on HF BertModel's last hidden states
+    averaged over the real tokens; the pooler gets no gradient; to_hf_classifier refuses it (HF's classifier reads
+    the pooler), and a bad pooling is a ValueError."""
+    from bertlib.tasks.classifier import BertClassifier
+    from bertlib.tasks.export import to_hf_classifier
+
+    pooled = _tiny_classifier().eval()
+    ours = BertClassifier(dict(pooled.bert.state_dict()), pooled.config, 3, seed=0, pooling="mean").eval()
+    batch, labels = _tiny_batch()
+    tiny = bertlib.Pretrained(dict(pooled.bert.state_dict()), pooled.config, None, source="tiny")
+    with torch.no_grad():
+        states = bertlib.to_hf_model(tiny)(**batch).last_hidden_state
+    m = batch["attention_mask"].unsqueeze(-1).float()
+    with torch.no_grad():
+        torch.testing.assert_close(ours(**batch), ours.classifier((states * m).sum(1) / m.sum(1)), atol=1e-5, rtol=0)
+        assert not torch.allclose(ours(**batch), pooled(**batch))  # the same weights, another vector read
+    torch.nn.functional.cross_entropy(ours.train()(**batch), labels).backward()
+    assert ours.bert.pooler.dense.weight.grad is None and ours.classifier.weight.grad.abs().max() > 0
+    with pytest.raises(ValueError, match="pooling"):
+        to_hf_classifier(ours, ["a", "b", "c"])
+    with pytest.raises(ValueError, match="pooling"):
+        BertClassifier(dict(pooled.bert.state_dict()), pooled.config, 3, pooling="cls")
+
+
 def test_classifier_builds_its_weights_once_and_follows_to_and_load_state_dict():
     model = _tiny_classifier()
     batch, _ = _tiny_batch(0)
