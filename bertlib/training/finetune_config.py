@@ -200,11 +200,16 @@ def profile_config(profile: str = "quick", **overrides) -> FinetuneConfig:
     return FinetuneConfig(**{**PROFILES[profile], **given, "profile": profile})
 
 
+#: Settings added after checkpoints were written, and the value those checkpoints were trained with.
+BEFORE_SETTING = {"pooling": "pooler"}
+
+
 def settings_clash(saved: dict, cfg: FinetuneConfig) -> dict[str, tuple]:
     """The settings in which a checkpoint's config (``saved``, a :meth:`FinetuneConfig.to_dict`) differs from
     ``cfg`` where it may not (every setting but :data:`MAY_CHANGE_ON_RESUME`): name → ``(saved, now)``. A setting
-    newer than the checkpoint counts as having its default there."""
-    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)}
+    newer than the checkpoint counts as having its default there, or the value every run had before it existed
+    (:data:`BEFORE_SETTING`)."""
+    defaults = {f.name: f.default for f in dataclasses.fields(FinetuneConfig)} | BEFORE_SETTING
     saved = {k: saved.get(k, defaults[k]) for k in defaults}
     return {k: (saved[k], v) for k, v in cfg.to_dict().items() if k not in MAY_CHANGE_ON_RESUME and saved[k] != v}
 
