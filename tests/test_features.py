@@ -74,8 +74,8 @@ def test_probe_C_is_chosen_on_validation_only():
 def test_command_writes_every_reading_and_kind(tmp_path, capsys, tiny_checkpoint):
     """``bertlib-features`` through its entry point, in this process (no interpreter to start), on the tiny
     random BERT (the files and their fields are the same for any weights)."""
-    args = ["--profile", "quick", "--train-size", "60", "--test-size", "40", "--max-length", "32",
-            "--window-stride", "8", "--data-seed", "1", "--device", "cpu", "--model", str(tiny_checkpoint),
+    args = ["--profile", "quick", "--train-size", "60", "--val-fraction", "0.1", "--test-size", "40", "--max-length",
+            "32", "--window-stride", "8", "--data-seed", "1", "--device", "cpu", "--model", str(tiny_checkpoint),
             "--out", str(tmp_path)]
     assert fz.main(args) == 0
     m = json.loads((tmp_path / "metrics.json").read_text())

@@ -20,18 +20,24 @@ from bertlib.data.corpus import body_ids, check_sizes, load_20newsgroups
 #: What ``--remove-headers`` removes: scikit-learn's ``remove=`` argument.
 REMOVE = ("headers", "footers", "quotes")
 
-#: The posts each profile reads: how many training and test posts (None: all 11,314 / 7,532), how many tokens each,
-#: and how many tokens consecutive windows share. ``quick``: CPU in minutes (CI); ``cpu``: all posts on 2 CPU cores
-#: in 128-token windows; ``full``: a GPU, all posts, 512 tokens. The profiles of fine-tuning
+#: The share of the training posts held out (stratified) for validation (the quick profile holds out more).
+VAL_FRACTION = 0.1
+
+#: The posts each profile reads: how many training posts are drawn and which share of them validates (None: all
+#: 11,314), how many test posts (None: all 7,532), how many tokens each and which (the first, or head+tail), and how
+#: many tokens consecutive windows share. ``quick``: CPU in minutes (CI): 500 posts drawn, 40 % (200) held out so
+#: that validation can choose (one post is half a point), 300 trained on, read at their first 128 tokens (headers
+#: included; chosen on validation: :data:`bertlib.training.finetune_config.PROFILES`, chapter 9); ``cpu``: all posts
+#: on 2 CPU cores in 128-token windows; ``full``: a GPU, all posts, 512 tokens. The profiles of fine-tuning
 #: (:data:`bertlib.training.finetune_config.PROFILES`) and of ``bertlib-features`` start from these.
 POSTS: dict[str, dict] = {
-    "quick": dict(train_size=300, test_size=200, max_length=128, window_stride=32),
-    "cpu": dict(train_size=None, test_size=None, max_length=128, window_stride=0),
-    "full": dict(train_size=None, test_size=None, max_length=512, window_stride=128),
+    "quick": dict(train_size=500, val_fraction=0.4, test_size=200, max_length=128, truncation="head",
+                  window_stride=32),
+    "cpu": dict(train_size=None, val_fraction=VAL_FRACTION, test_size=None, max_length=128, truncation="head_tail",
+                window_stride=0),
+    "full": dict(train_size=None, val_fraction=VAL_FRACTION, test_size=None, max_length=512, truncation="head_tail",
+                 window_stride=128),
 }
-
-#: The share of the training posts held out (stratified) for validation.
-VAL_FRACTION = 0.1
 
 
 @dataclass

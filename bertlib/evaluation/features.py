@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from bertlib.data.batches import collate, length_sorted_batches
 from bertlib.data.corpus import check_sizes
 from bertlib.data.files import check_output, write_text
-from bertlib.data.newsgroups import POSTS, VAL_FRACTION, NewsData, encode, load_data
+from bertlib.data.newsgroups import POSTS, NewsData, encode, load_data
 from bertlib.data.windows import check_windows, encode_windows, pool_windows
 from bertlib.evaluation.inference import best_on_validation, scores
 from bertlib.model.encoder import FAST, bert_forward
@@ -140,11 +140,13 @@ class FeaturesConfig:
     data_seed: int = _arg("seed of the subsets and the validation split ($BERTLIB_SEED, else 0)",
                           default_factory=default_seed)
     train_size: int | None = _arg("training posts (stratified); none: all 11,314", POSTS["quick"]["train_size"])
-    val_fraction: float = _arg("share of those held out for validation (choosing C)", VAL_FRACTION)
+    val_fraction: float = _arg("share of those held out for validation (choosing C)",
+                                POSTS["quick"]["val_fraction"])
     test_size: int | None = _arg("test posts (stratified); none: all 7,532", POSTS["quick"]["test_size"])
     all_data: bool = _arg("every training and test post (train_size = test_size = none)", False)
     max_length: int = _arg("tokens per post or window, [CLS] and [SEP] included", POSTS["quick"]["max_length"])
-    truncation: Literal["head", "head_tail"] = _arg("truncated reading: the first tokens, or head+tail", "head_tail")
+    truncation: Literal["head", "head_tail"] = _arg("truncated reading: the first tokens, or head+tail",
+                                                   POSTS["quick"]["truncation"])
     window_stride: int = _arg("windows reading: tokens shared by consecutive windows", POSTS["quick"]["window_stride"])
     batch_size: int = _arg("sequences per forward pass", 64)
     model: str | None = _arg("local directory or Hub id (None: $BERTLIB_MODEL, else all-MiniLM-L6-v2)", None)

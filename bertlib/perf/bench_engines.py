@@ -62,7 +62,7 @@ def workload_classifier(pt: Pretrained, device: torch.device, max_steps: int | N
     tag = f"classifier-{key.hexdigest()[:10]}-seed{seed}-" + (f"{max_steps}steps" if max_steps else "quick")
     out = Path(out_dir or BENCH_DIR) / tag
     cfg = finetune_config.profile_config("quick", max_steps=max_steps, seed=seed, data_seed=seed, test_size=20,
-                                         device=str(device))
+                                         device=str(device), pooling="pooler")  # the engines run HF's classifier
     data = newsgroups.load_data(cfg, remove_headers=cfg.remove_headers)
     t0 = time.perf_counter()
     trained_here = not (out / checkpoint.METRICS).exists()

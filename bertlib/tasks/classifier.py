@@ -37,6 +37,9 @@ def module_tree(state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
     return root
 
 
+#: What :class:`BertClassifier`'s linear layer reads: HF's pooler on ``[CLS]``, or the mean of the last hidden states.
+POOLINGS = ("pooler", "mean")
+
 #: The word-embedding table's name in a :func:`module_tree` of ``BertModel`` keys.
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
 
@@ -75,6 +78,10 @@ def classifier_dropout_prob(config: BertConfig) -> float:
 
 class BertClassifier(nn.Module):
     """BERT + dropout + a linear layer on the pooled ``[CLS]`` vector: ``logits = W · Dropout(pooler) + b``.
+    With ``pooling="mean"`` the layer reads the mean of the last hidden states over the real tokens instead (what a
+    sentence encoder such as all-MiniLM-L6-v2 was trained to output; chapter 9 fine-tunes it so): the pooler is not
+    used, and the model is no longer ``BertForSequenceClassification`` (:func:`bertlib.tasks.export.to_hf_classifier`
+    refuses it).
 
     ``forward(input_ids, attention_mask, token_type_ids)`` with ``(batch, seq)`` tensors returns
     ``(batch, num_labels)`` logits. Dropout is active in ``train()`` mode and absent in ``eval()`` mode.
@@ -90,11 +97,15 @@ class BertClassifier(nn.Module):
         seed: int | None = None,
         attn_implementation: str = "eager",
         fused: bool = False,
+        pooling: str = "pooler",
     ) -> None:
         super().__init__()
         check_config(config)
         if num_labels < 1:
             raise ValueError(f"num_labels must be at least 1, got {num_labels}.")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}.")
+        self.pooling = pooling
         state_dict = {k: v for k, v in state_dict.items() if k in expected_shapes(config)}
         check_state_dict(state_dict, config)
         self.config = config
@@ -145,5 +156,15 @@ class BertClassifier(nn.Module):
         out = bert_forward(weights, self.config, input_ids, attention_mask,
                            token_type_ids, training=self.training, attn_implementation=self.attn_implementation,
                            fused=self.fused, **OUTPUTS_ONLY, check=False)
-        pooled = F.dropout(out.pooler_output, self.dropout_prob, self.training)
+        pooled = out.pooler_output if self.pooling == "pooler" else mean_pool(out.last_hidden_state, attention_mask)
+        pooled = F.dropout(pooled, self.dropout_prob, self.training)
         return self.classifier(pooled)
+
+
+def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """``(batch, seq, hidden)`` states → ``(batch, hidden)``: their mean over the positions where ``attention_mask``
+    is 1 (every position when it is None), as sentence-transformers pools (chapter 8)."""
+    if attention_mask is None:
+        return hidden.mean(1)
+    m = attention_mask.to(hidden.dtype).unsqueeze(-1)
+    return (hidden * m).sum(1) / m.sum(1).clamp(min=1)

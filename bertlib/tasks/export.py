@@ -46,6 +46,9 @@ def to_hf_classifier(classifier: BertClassifier, label_names: Sequence[str]) -> 
     """A ``transformers.BertForSequenceClassification`` (CPU, float32, eval mode) holding exactly the classifier's
     weights, loaded with ``strict=True`` so any name that does not match fails here. The global random state is
     left untouched (HF's random initialisation runs inside ``torch.random.fork_rng``)."""
+    if getattr(classifier, "pooling", "pooler") != "pooler":
+        raise ValueError(f"to_hf_classifier: this classifier reads pooling={classifier.pooling!r}, while "
+                         "BertForSequenceClassification reads the pooler; only pooling='pooler' exports to it.")
     config = hf_config(classifier, label_names)
     config._attn_implementation = "eager"
     with torch.random.fork_rng(devices=[]):

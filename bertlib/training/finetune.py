@@ -113,7 +113,8 @@ def build_model(cfg: FinetuneConfig, pretrained: Pretrained, num_labels: int, de
         config.hidden_dropout_prob = config.attention_probs_dropout_prob = cfg.dropout
         config.classifier_dropout = cfg.dropout
     sd = {k: v.to(device=device, dtype=torch.float32) for k, v in pretrained.state_dict.items()}
-    return BertClassifier(sd, config, num_labels, seed=cfg.seed, attn_implementation=cfg.attn, fused=True).to(device)
+    return BertClassifier(sd, config, num_labels, seed=cfg.seed, attn_implementation=cfg.attn, fused=True,
+                          pooling=cfg.pooling).to(device)
 
 
 def make_optimizer(model: BertClassifier, cfg: FinetuneConfig) -> torch.optim.AdamW:

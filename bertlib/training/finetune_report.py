@@ -47,7 +47,10 @@ def finish(run: Run, export: bool) -> FinetuneResult:
     metrics = {**run_metrics(run, test), **analysis}
     run.model.config = run.pretrained.config  # the model's own dropout values, for export and for the caller
     if ddp.main:
-        if export:
+        if export and run.model.pooling != "pooler":  # BertForSequenceClassification reads the pooler
+            run.say(f"[finetune] not exported to {run.out / 'hf'}: pooling={run.model.pooling!r} is not Hugging "
+                    "Face's BertForSequenceClassification; train with --pooling pooler to export.")
+        elif export:
             export_hf(run.model, run.pretrained.tokenizer, run.data.label_names, run.out / "hf")
         write_text(run.out / METRICS, json.dumps(metrics, indent=2) + "\n")
     st = run.state
