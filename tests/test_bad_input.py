@@ -117,7 +117,8 @@ def test_row3_max_length_beyond_the_position_table(tmp_path):
     # train() refuses it right after the model: before the data (a missing archive would fail next) and training
     cfg = fc.profile_config("quick", max_length=1024, device="cpu")
     with pytest.raises(ValueError, match="--max-length 1024"):
-        ft.train(cfg, tmp_path / "run", pretrained=pt, archive=tmp_path / "missing.tar.gz", verbose=False)
+        ft.train(cfg, tmp_path / "run", pretrained=pt, verbose=False,
+                 cli=ft.CommandLine(archive=tmp_path / "missing.tar.gz"))
 
 
 # ---- rows 5-8: the benchmark's counts and outputs ------------------------------------------------------------------
