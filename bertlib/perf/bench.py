@@ -381,6 +381,7 @@ def _resolve(args: argparse.Namespace, cuda: bool) -> argparse.Namespace:
 
 
 def _grid_section(minilm: Pretrained, device: torch.device, args: argparse.Namespace) -> list[dict]:
+    """The grid: all-MiniLM-L6-v2 and a random model of bert-base's shape, each shape and dtype (:func:`grid_rows`)."""
     rows = grid_rows("all-MiniLM-L6-v2", minilm, device, args.shapes, args.dtypes, args.repeats, head_loop=True,
                      compile_=not args.quick)
     rows += grid_rows("bert-base shape (random)", random_bert_base(device, minilm.tokenizer), device,
@@ -391,6 +392,7 @@ def _grid_section(minilm: Pretrained, device: torch.device, args: argparse.Names
 
 
 def _workload_section(minilm: Pretrained, device: torch.device, args: argparse.Namespace) -> list[dict]:
+    """The 20 Newsgroups workload (:func:`workload_rows`), again under bfloat16 on CUDA."""
     rows = workload_rows(minilm, device, args.n_posts, args.max_len, args.wl_batch)
     if args.cuda:
         rows += workload_rows(minilm, device, args.n_posts, args.max_len, args.wl_batch, dtype=torch.bfloat16)
@@ -400,6 +402,7 @@ def _workload_section(minilm: Pretrained, device: torch.device, args: argparse.N
 
 
 def _engines_section(minilm: Pretrained, device: torch.device, args: argparse.Namespace) -> dict:
+    """The engines on chapter 9's classifier (``--probe``: a linear probe), :func:`engine_rows`."""
     clf, label_names, info = (probe_classifier if args.probe else workload_classifier)(minilm, device)
     print(f"bench: classifier {info}")
     quick_posts, full_posts = 64, 512
@@ -416,6 +419,7 @@ def _engines_section(minilm: Pretrained, device: torch.device, args: argparse.Na
 
 
 def _finetune_section(minilm: Pretrained, device: torch.device, args: argparse.Namespace) -> list[dict]:
+    """Training steps/s of bertlib's classifier against HF's (:func:`finetune_rows`; bert-base's shape on CUDA)."""
     model = random_bert_base(device, minilm.tokenizer) if args.cuda and not args.quick else minilm
     rows = finetune_rows(model, device, *args.ft)
     print()
@@ -424,6 +428,8 @@ def _finetune_section(minilm: Pretrained, device: torch.device, args: argparse.N
 
 
 def _training_section(minilm: Pretrained, device: torch.device, args: argparse.Namespace) -> dict:
+    """The fine-tuning step against ``transformers.Trainer`` on the ``cpu`` profile's batches, and the bf16 step's
+    error (:mod:`bertlib.perf.bench_training`)."""
     from bertlib.perf.bench_training import TRAIN_COLUMNS, bf16_step_error, cpu_profile_batches, training_rows
 
     batch, rounds, steps = (8, 2, 3) if args.quick else (32, 3, 4)
