@@ -8,9 +8,11 @@ imports ``conftest``.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import random
 import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import bertlib
 from toc import ROOT
 
 __all__ = ["DEVICE", "ROOT", "SUBPROCESS_TIMEOUT", "data_available", "finish", "needs_data", "one_thread",
-           "random_inputs", "random_model"]
+           "random_inputs", "random_model", "tar_gz"]
 
 #: Fidelity tests run on bertlib.get_device(): CPU here and in CI, CUDA on a GPU runner (TF32 off, conftest.py).
 DEVICE = bertlib.get_device()
@@ -51,6 +53,17 @@ def data_available() -> bool:
     from sklearn.datasets import get_data_home
 
     return bool(os.environ.get("BERTLIB_20NG_ARCHIVE")) or (Path(get_data_home()) / "20news-bydate_py3.pkz").exists()
+
+
+def tar_gz(path: Path, members: dict[str, bytes]) -> Path:
+    """A ``.tar.gz`` archive at ``path`` holding each ``members`` name with its bytes (a small stand-in for the 20
+    Newsgroups archive, or a bad one); returns ``path``."""
+    with tarfile.open(path, "w:gz") as tar:
+        for name, payload in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return path
 
 
 #: Marks a test that reads 20 Newsgroups: skipped, saying how to get the data, when it is not there.

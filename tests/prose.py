@@ -22,7 +22,6 @@ MAX_HIDDEN_CELL_LINES = 60
 MAX_FLOW_WORDS = 3000
 
 _FENCE = re.compile(r"^(```|~~~|:::).*?^\1\s*$", re.S | re.M)
-_DIRECTIVE_LINE = re.compile(r"^\s*(:::|```|:\w+:).*$", re.M)
 _MATH = re.compile(r"\$\$.*?\$\$|\$[^$\n]+\$", re.S)
 _CODE = re.compile(r"`[^`\n]*`")
 _ROLE = re.compile(r"\{[\w:-]+\}")
@@ -32,16 +31,18 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[A-Z0-9(\"'*_`$])")
 _ABBREV = re.compile(r"\b(e\.g|i\.e|et al|cf|vs|Fig|Eq|App|Sec|approx|etc)\.", re.I)
 
 
-def prose(markdown: str) -> str:
-    """The running text of a markdown cell: no code, math, tables, headings, captions or directive lines.
+def prose(markdown: str, math: str = "x", code: str = "code") -> str:
+    """The running text of a markdown cell: no fenced code, tables, headings, captions or directive lines (fences
+    and option lines such as ``:class:`` or ``:alt:``). Math becomes ``math`` and inline code ``code``: one word
+    each, so a sentence keeps its length; pass ``" "`` to drop them (:func:`words`).
 
     Dropdown boxes (solutions, "Going further") keep their prose: only their fence lines go.
     """
-    text = re.sub(r"^(```|:::)\{?[\w -]*\}?.*$|^(```|:::)\s*$|^:class:.*$", "", markdown, flags=re.M)
+    text = re.sub(r"^(```|:::)\{?[\w -]*\}?.*$|^(```|:::)\s*$|^:\w[\w-]*:.*$", "", markdown, flags=re.M)
     text = re.sub(r"^```[\s\S]*?^```", "", text, flags=re.M)
     text = _TABLE_OR_HEADING.sub("", text)
-    text = _MATH.sub("x", text)
-    text = _CODE.sub("code", text)
+    text = _MATH.sub(math, text)
+    text = _CODE.sub(code, text)
     text = _LINK.sub(r"\1", _ROLE.sub("", text))
     return _ABBREV.sub(lambda m: m.group(1).replace(".", ""), text)
 
@@ -91,14 +92,8 @@ def main_flow(markdown: str) -> str:
 
 
 def words(markdown: str) -> int:
-    """Words of running text: no math, no code (inline or fenced), headings, tables, captions or directive lines."""
-    text = re.sub(r"^(```|:::)\{?[\w -]*\}?.*$|^(```|:::)\s*$|^:\w[\w-]*:.*$", "", markdown, flags=re.M)
-    text = re.sub(r"^```[\s\S]*?^```", "", text, flags=re.M)
-    text = _TABLE_OR_HEADING.sub("", text)
-    text = _MATH.sub(" ", text)
-    text = _CODE.sub(" ", text)
-    text = _LINK.sub(r"\1", _ROLE.sub("", text))
-    return len(re.findall(r"[A-Za-z0-9][\w'’.-]*", text))
+    """Words of running text (:func:`prose`, with math and inline code dropped)."""
+    return len(re.findall(r"[A-Za-z0-9][\w'’.-]*", prose(markdown, math=" ", code=" ")))
 
 
 def flow_words(nb) -> int:

@@ -290,6 +290,81 @@ def test_each_command_is_installed_and_runs_as_a_module():
         assert command in readme, f"README.md does not name {command}"
 
 
+#: The most parameters a function may take (``self``/``cls`` not counted; ``*args`` and ``**kwargs`` count one each)
+#: and the most lines it may span (from ``def`` to its last line, docstring included, decorators not).
+MAX_PARAMETERS, MAX_LINES = 8, 60
+#: The one function allowed more parameters: ``bert_forward`` keeps the public keywords the book teaches (they mirror
+#: Hugging Face's ``BertModel.forward``); below it one options object carries them. Its length is held to the limit.
+MANY_PARAMETERS = {"bertlib.model.encoder.bert_forward"}
+
+
+def function_sizes(package: Path = PACKAGE) -> list[tuple[str, int, int]]:
+    """``(dotted name, parameters, lines)`` of every function and method in the package, nested ones included
+    (``bertlib.perf.bench.grid_rows.run``, ``bertlib.model.layer.Layer.forward``)."""
+    found = []
+    for module, path in modules(package).items():
+
+        def visit(node: ast.AST, prefix: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                name = f"{prefix}.{child.name}" if hasattr(child, "name") else prefix
+                if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                    a = child.args
+                    params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+                    count = len(params) + (a.vararg is not None) + (a.kwarg is not None)
+                    if params and isinstance(node, ast.ClassDef) and params[0].arg in ("self", "cls"):
+                        count -= 1
+                    found.append((name, count, child.end_lineno - child.lineno + 1))
+                visit(child, name)
+
+        visit(ast.parse(path.read_text(), filename=str(path)), module)
+    return found
+
+
+def oversized(sizes: list[tuple[str, int, int]]) -> list[str]:
+    """Each function over :data:`MAX_PARAMETERS` parameters (except :data:`MANY_PARAMETERS`) or :data:`MAX_LINES`
+    lines, as ``"name: N parameters"`` / ``"name: N lines"``."""
+    bad = [f"{name}: {params} parameters" for name, params, _ in sizes
+           if params > MAX_PARAMETERS and name not in MANY_PARAMETERS]
+    return bad + [f"{name}: {lines} lines" for name, _, lines in sizes if lines > MAX_LINES]
+
+
+def test_functions_are_small():
+    """No function takes more than 8 parameters (``bert_forward`` aside) or spans more than 60 lines (issue 36): a
+    function that needs more takes an options or record dataclass, or is split where its steps are."""
+    sizes = function_sizes()
+    assert any(name == "bertlib.model.encoder.bert_forward" for name, _, _ in sizes), "the scan finds nothing"
+    bad = oversized(sizes)
+    assert not bad, ("functions over the limits (8 parameters, 60 lines): " + "; ".join(bad)
+                     + ". Group values that travel together in a dataclass; split long functions at their steps.")
+
+
+def test_the_size_check_finds_a_long_function_and_many_parameters(tmp_path):
+    """The test above would pass on a scan that misses functions: here it must flag a method, a nested function and
+    a long one that are there, count ``*args``/``**kwargs`` and not ``self``, and pass them at the limits."""
+    (tmp_path / "bertlib" / "model").mkdir(parents=True)
+    (tmp_path / "bertlib" / "__init__.py").write_text("")
+    (tmp_path / "bertlib" / "model" / "__init__.py").write_text("")
+    body = "\n".join(f"    x{i} = {i}" for i in range(58))
+    (tmp_path / "bertlib" / "model" / "m.py").write_text(
+        "class C:\n"
+        "    def ok(self, a, b, c, d, e, f, g, h):\n        pass\n"
+        "    def many(self, a, b, c, d, e, f, g, *args, **kwargs):\n        pass\n"
+        "def outer():\n"
+        "    def inner(a, b, c, d, e, f, g, h, i):\n        pass\n"
+        "@staticmethod\n"
+        f"def fits():\n    \"\"\"doc\"\"\"\n{body}\n"
+        f"def too_long():\n    \"\"\"doc\"\"\"\n{body}\n    return x0\n"
+        "def bert_forward(a, b, c, d, e, f, g, h, i):\n    pass\n")
+    sizes = {name: (params, lines) for name, params, lines in function_sizes(tmp_path / "bertlib")}
+    assert sizes["bertlib.model.m.C.ok"] == (8, 2) and sizes["bertlib.model.m.fits"] == (0, 60)
+    assert oversized(list(function_sizes(tmp_path / "bertlib"))) == [
+        "bertlib.model.m.C.many: 9 parameters", "bertlib.model.m.outer.inner: 9 parameters",
+        "bertlib.model.m.bert_forward: 9 parameters", "bertlib.model.m.too_long: 61 lines"]
+    assert not [b for b in oversized([("bertlib.model.encoder.bert_forward", 14, 60)])]
+    assert oversized([("bertlib.model.encoder.bert_forward", 14, 61)]) == [
+        "bertlib.model.encoder.bert_forward: 61 lines"]
+
+
 if __name__ == "__main__":
     order = layers()
     for name, deps in sorted(graph().items(), key=lambda kv: (layer_of(kv[0], order), kv[0])):

@@ -28,7 +28,7 @@ from bertlib.model import runtime
 from bertlib.perf import bench
 from bertlib.training import finetune as ft
 from bertlib.training import finetune_config as fc
-from helpers import random_inputs, random_model
+from helpers import random_inputs, random_model, tar_gz
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -117,7 +117,8 @@ def test_row3_max_length_beyond_the_position_table(tmp_path):
     # train() refuses it right after the model: before the data (a missing archive would fail next) and training
     cfg = fc.profile_config("quick", max_length=1024, device="cpu")
     with pytest.raises(ValueError, match="--max-length 1024"):
-        ft.train(cfg, tmp_path / "run", pretrained=pt, archive=tmp_path / "missing.tar.gz", verbose=False)
+        ft.train(cfg, tmp_path / "run", pretrained=pt, verbose=False,
+                 cli=ft.CommandLine(archive=tmp_path / "missing.tar.gz"))
 
 
 # ---- rows 5-8: the benchmark's counts and outputs ------------------------------------------------------------------
@@ -215,15 +216,6 @@ def test_row14_weights_and_ids_on_different_devices():
 # ---- the robustness faults --------------------------------------------------------------------------------------
 
 
-def _archive(path: Path, members: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, payload in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
-    return path
-
-
 @pytest.fixture
 def python_3_11_2(monkeypatch):
     """tarfile as Python 3.11.0-3.11.3 have it: no extraction filters (``filter=`` is a TypeError)."""
@@ -238,11 +230,11 @@ def python_3_11_2(monkeypatch):
 
 
 def test_archive_extracts_without_filters(tmp_path, python_3_11_2):
-    ok = _archive(tmp_path / "ok.tar.gz", {"20news-bydate-train/alt.atheism/1": b"a post",
-                                           "20news-bydate-test/alt.atheism/2": b"another"})
+    ok = tar_gz(tmp_path / "ok.tar.gz", {"20news-bydate-train/alt.atheism/1": b"a post",
+                                         "20news-bydate-test/alt.atheism/2": b"another"})
     with pytest.raises(ValueError, match="holds 1 train posts, expected 11314"):  # extracted, then counted
         data.build_cache(ok, data_home=tmp_path / "home")
-    evil = _archive(tmp_path / "evil.tar.gz", {"../evil": b"x"})
+    evil = tar_gz(tmp_path / "evil.tar.gz", {"../evil": b"x"})
     with pytest.raises(ValueError, match="refusing to extract '../evil'"):
         data.build_cache(evil, data_home=tmp_path / "home")
     assert not (tmp_path / "evil").exists()

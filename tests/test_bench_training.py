@@ -165,11 +165,11 @@ def test_time_to_accuracy_curves(tiny_pretrained):
     seqs, labels = BT.cpu_profile_sequences(tiny_pretrained.tokenizer, 24, 32, windows=False)
     train, val = (seqs[:16], labels[:16]), (seqs[16:], labels[16:])
     for method in (BT.UNPADDED, BT.TRAINER):
-        curve = BT.time_to_accuracy(tiny_pretrained, torch.device("cpu"), train, val, method, epochs=2,
-                                    batch_size=4, eval_every=3, bucket_batches=2)
+        curve = BT.time_to_accuracy(tiny_pretrained, torch.device("cpu"), train, val, method,
+                                    BT.CurveSettings(epochs=2, batch_size=4, eval_every=3, bucket_batches=2))
         assert curve["steps"] == [0, 3, 6, 8], method
         assert curve["seconds"][0] == 0 and curve["seconds"] == sorted(curve["seconds"]), method
         assert all(0 <= a <= 1 for a in curve["accuracy"]) and curve["method"] == method
     with pytest.raises(ValueError, match="method must be one of"):
-        BT.time_to_accuracy(tiny_pretrained, torch.device("cpu"), train, val, BT.COMPILED, epochs=1, batch_size=4,
-                            eval_every=1)
+        BT.time_to_accuracy(tiny_pretrained, torch.device("cpu"), train, val, BT.COMPILED,
+                            BT.CurveSettings(epochs=1, batch_size=4, eval_every=1))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import io
 import os
-import tarfile
 import urllib.error
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import pytest
 
 from bertlib.data import batches
 from bertlib.data import corpus as data
+from helpers import tar_gz
 
 ARCHIVE = os.environ.get(data.ARCHIVE_ENV)
 needs_archive = pytest.mark.skipif(not ARCHIVE, reason=f"set {data.ARCHIVE_ENV} to the real 20news-bydate.tar.gz")
@@ -66,15 +65,6 @@ def test_example_sentences_are_real_and_deterministic(data_home):
     assert len({len(s.split()) for s in a}) > 1  # different lengths: a padded batch
 
 
-def _tar_gz(path: Path, files: dict[str, bytes]) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        for name, content in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    return path
-
-
 def test_missing_archive_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="archive not found.*BERTLIB_20NG_ARCHIVE"):
         data.load_20newsgroups("train", archive=tmp_path / "nope.tar.gz", data_home=tmp_path)
@@ -88,7 +78,7 @@ def test_corrupt_archive(tmp_path):
 
 
 def test_wrong_archive_layout(tmp_path):
-    wrong = _tar_gz(tmp_path / "other.tar.gz", {"something-else/a.txt": b"hello"})
+    wrong = tar_gz(tmp_path / "other.tar.gz", {"something-else/a.txt": b"hello"})
     with pytest.raises(ValueError, match="not the 20news-bydate archive.*something-else"):
         data.load_20newsgroups("train", archive=wrong, data_home=tmp_path)
     assert not (tmp_path / data.CACHE_NAME).exists()
@@ -96,7 +86,7 @@ def test_wrong_archive_layout(tmp_path):
 
 def test_incomplete_archive(tmp_path):
     files = {f"20news-bydate-{s}/sci.space/{i}": b"From: a\n\nbody" for s in ("train", "test") for i in range(3)}
-    small = _tar_gz(tmp_path / "20news-bydate.tar.gz", files)
+    small = tar_gz(tmp_path / "20news-bydate.tar.gz", files)
     with pytest.raises(ValueError, match="holds 3 train posts, expected 11314"):
         data.load_20newsgroups("train", archive=small, data_home=tmp_path)
 

@@ -230,15 +230,16 @@ def test_engine_rows_time_every_method_and_score_it(tiny_pretrained, tmp_path):
     """bench.engine_rows end to end on a tiny model and 8 posts: one row per method, speeds and speed-ups positive,
     the fp32 reference row at 0 points from itself, the int8 row present, the setup as asked."""
     from bertlib.data.corpus import load_20newsgroups
-    from bertlib.perf.bench_engines import engine_rows
+    from bertlib.perf.bench_engines import EngineSettings, engine_rows
 
     names = list(load_20newsgroups("test").target_names)
     model = BertClassifier(tiny_pretrained.state_dict, tiny_pretrained.config, len(names), attn_implementation="sdpa",
                            fused=True).eval()
-    run = engine_rows(model, tiny_pretrained.tokenizer, names, torch.device("cpu"), 8, 32, 4, rounds=2,
-                      engines=["bertlib padding-free int8, length-sorted",
-                               "bertlib padding-free, prepacked weights, length-sorted"],
-                      workdir=tmp_path, latency_repeats=1, core=False, accuracy_posts=16)
+    settings = EngineSettings(n_posts=8, max_length=32, batch_size=4, rounds=2,
+                              engines=["bertlib padding-free int8, length-sorted",
+                                       "bertlib padding-free, prepacked weights, length-sorted"],
+                              workdir=tmp_path, latency_repeats=1, core=False, accuracy_posts=16)
+    run = engine_rows(model, tiny_pretrained.tokenizer, names, torch.device("cpu"), settings)
     rows = {r["method"]: r for r in run["rows"]}
     assert set(rows) == {"hf-sdpa, naive batches", "bertlib padding-free, length-sorted",
                          "bertlib padding-free int8, length-sorted",

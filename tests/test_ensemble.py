@@ -105,8 +105,10 @@ def test_ensemble_report_scores_what_its_predictions_give():
     # a "BERT" that is right 70% of the time, confidently
     bert_val = torch.randn(len(val), 3, generator=g) + 3 * torch.nn.functional.one_hot(torch.as_tensor(y_val), 3)
     bert_test = torch.randn(len(test), 3, generator=g) + 3 * torch.nn.functional.one_hot(torch.as_tensor(y_test), 3)
-    report, preds = ens.ensemble_report(train, y_train, val, y_val, test, y_test, ["a", "b", "c"], bert_val,
-                                        bert_test, say=lambda *a: None)
+    data = newsgroups.NewsData(*(newsgroups.Split(texts, labels, np.arange(len(texts)))
+                                 for texts, labels in ((train, y_train), (val, y_val), (test, y_test))),
+                               ["a", "b", "c"])
+    report, preds = ens.ensemble_report(data, bert_val, bert_test, say=lambda *a: None)
     assert set(report) == set(preds) == {"tfidf_logreg", "tfidf_svc", "ensemble"}
     members = {kind: ens.fit_tfidf(train, y_train, val, y_val, kind) for kind in ("logreg", "svc")}
     choices = {kind: ens.choose_weight(ens.softmax(bert_val), ens.tfidf_probabilities(m, val), y_val)
@@ -146,8 +148,8 @@ def test_train_windows_trains_on_every_window_with_its_posts_label(tiny_pretrain
     cfg = profile_config("quick", train_size=None, test_size=None, max_length=16, epochs=1, batch_size=8,
                             dropout=0.0, device="cpu", train_windows=True, window_stride=4)
     data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
-    run = ft._setup(cfg, tmp_path / "setup", torch.device("cpu"), distributed.Distributed(), 0.0, data=data,
-                    pretrained=pretrained, archive=None, verbose=False)
+    run = ft._setup(cfg, tmp_path / "setup", torch.device("cpu"), distributed.Distributed(), 0.0, pretrained, data,
+                    verbose=False)
     windows, post_index = win.encode_windows(pretrained.tokenizer, data.train.texts, 16, 4)
     assert run.seqs["train"] == windows and len(windows) > len(data.train)
     np.testing.assert_array_equal(run.train_labels, data.train.labels[post_index])

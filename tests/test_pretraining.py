@@ -89,11 +89,10 @@ def test_mask_tokens_special_padding_and_seed(pretrained):
     a, b = (pretraining_data.mask_tokens(ids, special, len(tok), tok.mask_token_id,
                                          generator=torch.Generator().manual_seed(7)) for _ in range(2))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    everything = pretraining_data.mask_tokens(ids, special, len(tok), tok.mask_token_id, 1.0, mask_fraction=1.0,
-                                              random_fraction=0.0)
+    everything = pretraining_data.mask_tokens(ids, special, len(tok), tok.mask_token_id, 1.0, fractions=(1.0, 0.0))
     assert torch.equal(everything[0][~special.bool()], torch.full_like(ids[~special.bool()], tok.mask_token_id))
     with pytest.raises(ValueError, match="mask_fraction"):
-        pretraining_data.mask_tokens(ids, special, len(tok), tok.mask_token_id, mask_fraction=0.95, random_fraction=0.1)
+        pretraining_data.mask_tokens(ids, special, len(tok), tok.mask_token_id, fractions=(0.95, 0.1))
     with pytest.raises(ValueError, match="must match"):
         pretraining_data.mask_tokens(ids, special[:, :-1], len(tok), tok.mask_token_id)
 

@@ -62,13 +62,13 @@ def mask_tokens(
     generator: torch.Generator | None = None,
     *,
     attention_mask: torch.Tensor | None = None,
-    mask_fraction: float = 0.8,
-    random_fraction: float = 0.1,
+    fractions: tuple[float, float] = (0.8, 0.1),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masking rule. Each token that is neither special nor padding is *chosen* with probability
-    ``mlm_probability``; a chosen token becomes ``[MASK]`` with probability ``mask_fraction`` (0.8), a token drawn
-    uniformly from ``[0, vocab_size)`` with probability ``random_fraction`` (0.1), and stays unchanged otherwise
-    (0.1). Labels hold the original id at chosen positions and ``-100`` (ignored by the loss) everywhere else.
+    ``mlm_probability``; ``fractions`` is ``(mask_fraction, random_fraction)``: a chosen token becomes ``[MASK]``
+    with probability ``mask_fraction`` (0.8), a token drawn uniformly from ``[0, vocab_size)`` with probability
+    ``random_fraction`` (0.1), and stays unchanged otherwise (0.1). Labels hold the original id at chosen positions
+    and ``-100`` (ignored by the loss) everywhere else.
 
     ``input_ids``, ``special_tokens_mask`` (1 = special: never chosen), ``attention_mask`` (0 = padding: never
     chosen): ``(batch, seq)``. Random numbers come from ``generator`` (a CPU ``torch.Generator``), so a seed fixes
@@ -77,9 +77,11 @@ def mask_tokens(
     varies); Google's original code chose ``min(max_predictions, max(1, round(0.15 n)))`` per sequence, ``n``
     counting every token of the pair. Defined in chapter 11, *Pre-training*.
     """
+    mask_fraction, random_fraction = fractions
     if (not 0.0 <= mlm_probability <= 1.0 or mask_fraction < 0 or random_fraction < 0
             or mask_fraction + random_fraction > 1):
-        raise ValueError("mlm_probability must lie in [0, 1] and mask_fraction + random_fraction in [0, 1].")
+        raise ValueError("mlm_probability must lie in [0, 1] and fractions = (mask_fraction, random_fraction) "
+                         "must be non-negative with mask_fraction + random_fraction in [0, 1].")
     if tuple(special_tokens_mask.shape) != tuple(input_ids.shape):
         raise ValueError(f"special_tokens_mask has shape {tuple(special_tokens_mask.shape)}, input_ids "
                          f"{tuple(input_ids.shape)}: they must match "

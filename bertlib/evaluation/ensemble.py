@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bertlib.data.newsgroups import NewsData
 from bertlib.evaluation.inference import best_on_validation, scores
 
 #: Regularisation strengths tried for each baseline (the one with the best validation accuracy is kept).
@@ -159,15 +160,19 @@ def choose_weight(p_bert_val: np.ndarray, p_tfidf_val: np.ndarray, val_labels,
                               for w in nearest_even_first)
 
 
-def ensemble_report(train_texts, train_labels, val_texts, val_labels, test_texts, test_labels, label_names,
-                    bert_val_logits, bert_test_logits, say=print) -> tuple[dict, dict[str, np.ndarray]]:
+def ensemble_report(data: NewsData, bert_val_logits, bert_test_logits,
+                    say=print) -> tuple[dict, dict[str, np.ndarray]]:
     """The baselines and the ensemble, for ``metrics.json``: TF-IDF + logistic regression and TF-IDF + LinearSVC
-    (features and ``C`` chosen on validation, :func:`fit_tfidf`), and ``w * softmax(bert) + (1 - w) * p_tfidf``
-    with each baseline as ``p_tfidf``: ``w`` and the baseline are chosen on validation (on a tie, logistic
-    regression). Returns each one's test scores (:func:`bertlib.evaluation.inference.scores`) with its validation
-    accuracy and its choices, and each one's ``(test_posts,)`` predicted classes."""
+    trained on ``data.train`` (features and ``C`` chosen on ``data.val``, :func:`fit_tfidf`), and
+    ``w * softmax(bert) + (1 - w) * p_tfidf`` with each baseline as ``p_tfidf``: ``w`` and the baseline are chosen on
+    validation (on a tie, logistic regression). ``bert_val_logits`` and ``bert_test_logits`` are the fine-tuned
+    model's ``(posts, classes)`` logits on ``data.val`` and ``data.test``. Returns each one's test scores
+    (:func:`bertlib.evaluation.inference.scores`) with its validation accuracy and its choices, and each one's
+    ``(test_posts,)`` predicted classes."""
+    val_texts, val_labels, test_texts = data.val.texts, data.val.labels, data.test.texts
     report, preds = {}, {}
-    models = {kind: fit_tfidf(train_texts, train_labels, val_texts, val_labels, kind) for kind in ("logreg", "svc")}
+    models = {kind: fit_tfidf(data.train.texts, data.train.labels, val_texts, val_labels, kind)
+              for kind in ("logreg", "svc")}
     for kind, model in models.items():
         preds[f"tfidf_{kind}"] = model.predict(test_texts)
         report[f"tfidf_{kind}"] = {"val_accuracy": model.val_accuracy, "C": model.C, "features": model.features,
@@ -181,7 +186,7 @@ def ensemble_report(train_texts, train_labels, val_texts, val_labels, test_texts
                           "features": member.features,
                           "val_accuracy_with": {k: {"accuracy": a, "bert_weight": g} for k, (g, a) in choices.items()}}
     for name, pred in preds.items():
-        report[name] = {**scores(test_labels, pred, label_names), **report[name]}
+        report[name] = {**scores(data.test.labels, pred, data.label_names), **report[name]}
     say("[finetune] " + "; ".join(f"{name} test acc {r['accuracy']:.4f} (val {r['val_accuracy']:.4f})"
                                   for name, r in report.items()) + f"; ensemble: BERT with {kind}, weight {w:g}")
     return report, preds

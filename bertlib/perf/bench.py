@@ -69,6 +69,7 @@ from bertlib.model.runtime import configure, progress_enabled, seeded
 from bertlib.perf.bench_engines import (
     ENGINE_COLUMNS,
     QUICK_ENGINE_METHODS,
+    EngineSettings,
     _load,
     engine_rows,
     padded_batches,
@@ -331,7 +332,8 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Non
             parser.error(str(err))
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m bertlib.perf.bench`` (``bertlib-bench``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small CPU grid for CI (a few minutes)")
     parser.add_argument("--out", default=None, help="write every table as JSON")
@@ -357,64 +359,111 @@ def main(argv: list[str] | None = None) -> dict:
                              "0: all 7,532)")
     parser.epilog = ("Counts of posts: left out means the default shown, 0 means all 7,532 test posts; counts of "
                      "rounds must be at least 1. Every value and --out are checked before anything is loaded.")
+    return parser
+
+
+def _resolve(args: argparse.Namespace, cuda: bool) -> argparse.Namespace:
+    """``args`` with what the profile (``--quick``, or the full grid on CPU or CUDA) sets: ``cuda``, the grid's
+    ``shapes`` (``base_shapes`` for the bert-base shape), ``dtypes`` and ``repeats``, the workload's ``n_posts``
+    (None: all), ``max_len`` and ``wl_batch``, and the training-step comparison's ``ft`` = (batch, seq, steps)."""
+    args.cuda = cuda
+    if args.quick:
+        args.shapes, args.base_shapes, args.dtypes, repeats = [(1, 128), (32, 128)], [(1, 128)], ["float32"], 5
+        n_posts, args.max_len, args.wl_batch, args.ft = 128, 512, 32, (8, 128, 3)
+    else:
+        args.shapes = args.base_shapes = [(1, 128), (32, 128), (8, 512)] + ([(32, 512)] if cuda else [])
+        args.dtypes = ["float32", "bfloat16", "float16"] if cuda else ["float32"]
+        repeats, n_posts, args.max_len, args.wl_batch = (20 if cuda else 7), None, 512, 32
+        args.ft = (32, 512, 10) if cuda else (16, 128, 5)
+    args.repeats = args.repeats or repeats
+    args.n_posts = (args.posts if args.posts is not None else n_posts) or None  # 0: all, as --engine-posts
+    return args
+
+
+def _grid_section(minilm: Pretrained, device: torch.device, args: argparse.Namespace) -> list[dict]:
+    """The grid: all-MiniLM-L6-v2 and a random model of bert-base's shape, each shape and dtype (:func:`grid_rows`)."""
+    rows = grid_rows("all-MiniLM-L6-v2", minilm, device, args.shapes, args.dtypes, args.repeats, head_loop=True,
+                     compile_=not args.quick)
+    rows += grid_rows("bert-base shape (random)", random_bert_base(device, minilm.tokenizer), device,
+                      args.base_shapes, args.dtypes, args.repeats, head_loop=False, compile_=not args.quick)
+    rows = [asdict(r) for r in rows]
+    print(markdown(rows))
+    return rows
+
+
+def _workload_section(minilm: Pretrained, device: torch.device, args: argparse.Namespace) -> list[dict]:
+    """The 20 Newsgroups workload (:func:`workload_rows`), again under bfloat16 on CUDA."""
+    rows = workload_rows(minilm, device, args.n_posts, args.max_len, args.wl_batch)
+    if args.cuda:
+        rows += workload_rows(minilm, device, args.n_posts, args.max_len, args.wl_batch, dtype=torch.bfloat16)
+    print()
+    print(markdown(rows))
+    return rows
+
+
+def _engines_section(minilm: Pretrained, device: torch.device, args: argparse.Namespace) -> dict:
+    """The engines on chapter 9's classifier (``--probe``: a linear probe), :func:`engine_rows`."""
+    clf, label_names, info = (probe_classifier if args.probe else workload_classifier)(minilm, device)
+    print(f"bench: classifier {info}")
+    quick_posts, full_posts = 64, 512
+    n = args.engine_posts if args.engine_posts is not None else (quick_posts if args.quick else full_posts)
+    settings = EngineSettings(
+        n_posts=n or None, max_length=256 if args.quick else 512, batch_size=args.wl_batch,
+        rounds=args.engine_rounds or (2 if args.quick else 3), engines=QUICK_ENGINE_METHODS if args.quick else None,
+        accuracy_posts=args.accuracy_posts if args.accuracy_posts is not None or args.quick else 0)
+    run = engine_rows(clf, minilm.tokenizer, label_names, device, settings)
+    run["classifier"] = info
+    print()
+    print(markdown(run["rows"], ENGINE_COLUMNS))
+    return run
+
+
+def _finetune_section(minilm: Pretrained, device: torch.device, args: argparse.Namespace) -> list[dict]:
+    """Training steps/s of bertlib's classifier against HF's (:func:`finetune_rows`; bert-base's shape on CUDA)."""
+    model = random_bert_base(device, minilm.tokenizer) if args.cuda and not args.quick else minilm
+    rows = finetune_rows(model, device, *args.ft)
+    print()
+    print(markdown(rows))
+    return rows
+
+
+def _training_section(minilm: Pretrained, device: torch.device, args: argparse.Namespace) -> dict:
+    """The fine-tuning step against ``transformers.Trainer`` on the ``cpu`` profile's batches, and the bf16 step's
+    error (:mod:`bertlib.perf.bench_training`)."""
+    from bertlib.perf.bench_training import TRAIN_COLUMNS, bf16_step_error, cpu_profile_batches, training_rows
+
+    batch, rounds, steps = (8, 2, 3) if args.quick else (32, 3, 4)
+    batches = cpu_profile_batches(minilm.tokenizer, rounds * steps, batch, min(128, minilm.max_length))
+    run = training_rows(minilm, device, batches, rounds, steps, compile_=not args.quick)
+    run["bf16_error"] = bf16_step_error(minilm, batches[:rounds], 20)
+    run["setup"]["load_average"] = _load()
+    print()
+    print(markdown(run["rows"], TRAIN_COLUMNS))
+    err = run["bf16_error"]
+    print(f"bf16 step against float32 (largest over {rounds} batches): loss {err['loss_rel']:.2e}, "
+          f"gradient {err['grad_rel']:.2e} relative, cosine {err['grad_cos']:.5f}")
+    return run
+
+
+#: The sections after the grid, in order, each skipped by ``--no-<name>``.
+SECTIONS = {"workload": _workload_section, "engines": _engines_section, "finetune": _finetune_section,
+            "training": _training_section}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """``python -m bertlib.perf.bench``: every section the arguments ask for, printed as tables; returns them (and
+    writes them to ``--out`` as JSON). The arguments are checked before anything is loaded."""
+    parser = _parser()
     args = parser.parse_args(argv)
     check_args(parser, args)
     device = configure(verbose=True).device
-    cuda = device.type == "cuda"
-    if args.quick:
-        shapes, base_shapes, dtypes, repeats = [(1, 128), (32, 128)], [(1, 128)], ["float32"], 5
-        n_posts, max_len, wl_batch, ft = 128, 512, 32, (8, 128, 3)
-    else:
-        shapes = base_shapes = [(1, 128), (32, 128), (8, 512)] + ([(32, 512)] if cuda else [])
-        dtypes = ["float32", "bfloat16", "float16"] if cuda else ["float32"]
-        repeats, n_posts, max_len, wl_batch = (20 if cuda else 7), None, 512, 32
-        ft = (32, 512, 10) if cuda else (16, 128, 5)
-    repeats = args.repeats or repeats
-    n_posts = (args.posts if args.posts is not None else n_posts) or None  # 0: all, as --engine-posts
-    print(f"bench: {'quick' if args.quick else 'full'} grid, {repeats} interleaved rounds, device={device}")
+    args = _resolve(args, device.type == "cuda")
+    print(f"bench: {'quick' if args.quick else 'full'} grid, {args.repeats} interleaved rounds, device={device}")
     minilm = load_pretrained(device=device)
-    rows = grid_rows("all-MiniLM-L6-v2", minilm, device, shapes, dtypes, repeats, head_loop=True,
-                     compile_=not args.quick)
-    rows += grid_rows("bert-base shape (random)", random_bert_base(device, minilm.tokenizer), device, base_shapes,
-                      dtypes, repeats, head_loop=False, compile_=not args.quick)
-    result: dict[str, list[dict]] = {"grid": [asdict(r) for r in rows]}
-    print(markdown(result["grid"]))
-    if not args.no_workload:
-        result["workload"] = workload_rows(minilm, device, n_posts, max_len, wl_batch)
-        if cuda:
-            result["workload"] += workload_rows(minilm, device, n_posts, max_len, wl_batch, dtype=torch.bfloat16)
-        print()
-        print(markdown(result["workload"]))
-    if not args.no_engines:
-        clf, label_names, info = (probe_classifier if args.probe else workload_classifier)(minilm, device)
-        print(f"bench: classifier {info}")
-        quick_posts, full_posts = 64, 512
-        n = args.engine_posts if args.engine_posts is not None else (quick_posts if args.quick else full_posts)
-        result["engines"] = engine_rows(
-            clf, minilm.tokenizer, label_names, device, n or None, 256 if args.quick else 512, wl_batch,
-            args.engine_rounds or (2 if args.quick else 3), QUICK_ENGINE_METHODS if args.quick else None,
-            accuracy_posts=args.accuracy_posts if args.accuracy_posts is not None or args.quick else 0)
-        result["engines"]["classifier"] = info
-        print()
-        print(markdown(result["engines"]["rows"], ENGINE_COLUMNS))
-    if not args.no_finetune:
-        model = random_bert_base(device, minilm.tokenizer) if cuda and not args.quick else minilm
-        result["finetune"] = finetune_rows(model, device, *ft)
-        print()
-        print(markdown(result["finetune"]))
-    if not args.no_training:
-        from bertlib.perf.bench_training import TRAIN_COLUMNS, bf16_step_error, cpu_profile_batches, training_rows
-
-        batch, rounds, steps = (8, 2, 3) if args.quick else (32, 3, 4)
-        batches = cpu_profile_batches(minilm.tokenizer, rounds * steps, batch, min(128, minilm.max_length))
-        result["training"] = training_rows(minilm, device, batches, rounds, steps, compile_=not args.quick)
-        result["training"]["bf16_error"] = bf16_step_error(minilm, batches[:rounds], 20)
-        result["training"]["setup"]["load_average"] = _load()
-        print()
-        print(markdown(result["training"]["rows"], TRAIN_COLUMNS))
-        err = result["training"]["bf16_error"]
-        print(f"bf16 step against float32 (largest over {rounds} batches): loss {err['loss_rel']:.2e}, "
-              f"gradient {err['grad_rel']:.2e} relative, cosine {err['grad_cos']:.5f}")
+    result = {"grid": _grid_section(minilm, device, args)}
+    for name, section in SECTIONS.items():
+        if not getattr(args, f"no_{name}"):
+            result[name] = section(minilm, device, args)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(result, f, indent=2)

@@ -10,6 +10,8 @@ import os
 import statistics
 import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -117,65 +119,126 @@ def _accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     return float((logits.argmax(-1) == labels).float().mean())
 
 
-def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, n_posts: int | None,
-                max_length: int, batch_size: int, rounds: int, engines: list[str] | None = None,
-                workdir: str | Path | None = None, latency_repeats: int = 7, core: bool = True,
-                accuracy_posts: int | None = None) -> dict:
-    """The 20 Newsgroups test posts classified by ``model`` through each engine (:mod:`bertlib.perf.engines`).
+@dataclass(frozen=True)
+class EngineSettings:
+    """What :func:`engine_rows` runs: the first ``n_posts`` test posts (None: all 7,532) cut to ``max_length`` tokens,
+    in batches of ``batch_size``, for ``rounds`` rounds; ``engines``: the optional rows (None: every name in
+    :data:`ENGINE_METHODS`); ``workdir``: where the engines keep their files (None: :data:`BENCH_DIR`);
+    ``latency_repeats``: rounds of the one-post latency; ``core=False`` leaves out ``hf-sdpa, length-sorted`` and
+    ``bertlib-sdpa, length-sorted`` (the quick profile: :func:`bertlib.perf.bench.workload_rows` times them
+    already); ``accuracy_posts``: see :func:`engine_rows` (None: no accuracy pass; 0: every test post)."""
 
-    Every method runs every batch in turn (interleaved, batch by batch) for ``rounds`` rounds; posts/s is the
-    median over rounds with its min and max; each speed-up over ``hf-sdpa, naive batches`` is taken within a round
-    (median, min, max over rounds). ``latency_ms`` is one real post cut to 128 tokens, timed in interleaved rounds.
-    ``accuracy`` is on the same posts; ``delta_points`` is the gap to fp32 bertlib (``bertlib padding-free``) in
-    percentage points, and a row ``counts`` when it is within :data:`COUNTS_WITHIN_POINTS` points. ``engines`` picks
-    the optional rows (default: every name in :data:`ENGINE_METHODS`); an absent package skips its row with a message.
-    ``core=False`` leaves out ``hf-sdpa, length-sorted`` and ``bertlib-sdpa, length-sorted`` (the quick profile:
-    :func:`workload_rows` times them already).
-    ``accuracy_posts`` (more than ``n_posts``; 0: every test post): each row that changed a prediction of fp32
-    bertlib on the timed posts (the int8 rows) is scored once more, with fp32 bertlib, on that many posts, and its
-    accuracy, ``delta_points`` and ``counts`` come from them (``accuracy_posts`` in the row says how many; fp32
+    n_posts: int | None = 512
+    max_length: int = 512
+    batch_size: int = 32
+    rounds: int = 3
+    engines: Sequence[str] | None = None
+    workdir: str | Path | None = None
+    latency_repeats: int = 7
+    core: bool = True
+    accuracy_posts: int | None = None
+
+
+@dataclass
+class _Posts:
+    """The timed posts of :func:`engine_rows`: token ids, classes, the two batch orders (lists of indices) and the
+    warm-up batch ``(input_ids, attention_mask)`` of the longest posts."""
+
+    enc: list[list[int]]
+    labels: torch.Tensor
+    naive: list[list[int]]
+    by_length: list[list[int]]
+    warm: tuple
+    pad: int
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(e) for e in self.enc]
+
+
+def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, settings: EngineSettings) -> dict:
+    """The 20 Newsgroups test posts classified by ``model`` through each engine (:mod:`bertlib.perf.engines`), as
+    ``settings`` says (:class:`EngineSettings`).
+
+    Every method runs every batch in turn (interleaved, batch by batch) for ``settings.rounds`` rounds; posts/s is
+    the median over rounds with its min and max; each speed-up over ``hf-sdpa, naive batches`` is taken within a
+    round (median, min, max over rounds). ``latency_ms`` is one real post cut to 128 tokens, timed in interleaved
+    rounds. ``accuracy`` is on the same posts; ``delta_points`` is the gap to fp32 bertlib (``bertlib padding-free``)
+    in percentage points, and a row ``counts`` when it is within :data:`COUNTS_WITHIN_POINTS` points. An absent
+    package skips its row with a message.
+    ``settings.accuracy_posts`` (more than ``n_posts``; 0: every test post): each row that changed a prediction of
+    fp32 bertlib on the timed posts (the int8 rows) is scored once more, with fp32 bertlib, on that many posts, and
+    its accuracy, ``delta_points`` and ``counts`` come from them (``accuracy_posts`` in the row says how many; fp32
     bertlib's accuracy there is ``setup["fp32_accuracy_on_accuracy_posts"]``). On 512 posts one changed prediction
     is 0.2 points, and a row that changes a few dozen predictions passes or fails the 0.3-point rule by chance.
     The engines are CPU engines and the issue's workload is a 2-core CPU one: on a GPU machine this runs on its
     CPU (``device`` is then ignored). Returns ``{"rows": [...], "skipped": {name: why}, "setup": {...}}``."""
     from bertlib.data.corpus import load_20newsgroups
-    from bertlib.data.newsgroups import encode
-    from bertlib.perf import engines as E
     from bertlib.tasks.export import to_hf_classifier
 
-    device = torch.device("cpu")
-    model = model.cpu()
+    s, device, model = settings, torch.device("cpu"), model.cpu().eval()
     test = load_20newsgroups("test")
     assert list(test.target_names) == list(label_names), "the classifier's classes are the dataset's, in order"
-    texts, labels = test.data[:n_posts], torch.as_tensor(test.target[:n_posts])
-    enc = encode(tokenizer, texts, max_length, "head_tail")
-    lengths = [len(e) for e in enc]
-    pad = tokenizer.pad_token_id
-    naive = [list(range(i, min(i + batch_size, len(enc)))) for i in range(0, len(enc), batch_size)]
-    by_length = length_sorted_batches(lengths, batch_size)
-    workdir = Path(workdir or BENCH_DIR) / "engines"
+    posts = _posts(tokenizer, test.data[:s.n_posts], test.target[:s.n_posts], s)
     hf = to_hf_classifier(model, label_names).to(device)
     hf.set_attn_implementation("sdpa")
+    methods, skipped = _methods(model, hf, tokenizer, label_names, posts, s)
+    keep_freed_memory()
+    batches = {name: list(padded_batches(posts.enc, order, posts.pad, device)) for name, (order, _) in methods.items()}
+    logits, seconds = _run_rounds(methods, batches, posts.warm, s.rounds, len(posts.naive), len(posts.enc),
+                                  len(label_names), device)
+    latency = _latency(methods, posts, tokenizer.sep_token_id, s.latency_repeats)
+    rows = [_engine_row(name, fn, seconds, latency, logits, posts.labels, sum(posts.lengths))
+            for name, (_, fn) in methods.items()]
+    setup_info = {"posts": len(posts.enc), "max_length": s.max_length, "batch_size": s.batch_size,
+                  "rounds": s.rounds, "threads": torch.get_num_threads(),
+                  "mean_tokens": round(float(np.mean(posts.lengths)), 1), "load_average": _load()}
+    n_more = min(s.accuracy_posts or len(test.data), len(test.data)) if s.accuracy_posts is not None else 0
+    if n_more > len(posts.enc):
+        batches.clear()
+        more = test.data[:n_more], torch.as_tensor(test.target[:n_more])
+        setup_info["fp32_accuracy_on_accuracy_posts"] = _score_again(
+            rows, methods, more, len(label_names), tokenizer, s.max_length, s.batch_size, device)
+    return {"rows": rows, "skipped": skipped, "setup": setup_info}
+
+
+def _posts(tokenizer, texts: list[str], targets, settings: EngineSettings) -> _Posts:
+    """``texts`` as :func:`engine_rows` times them: cut to ``settings.max_length`` tokens (head + tail), in naive
+    (dataset order) and length-sorted batches of ``settings.batch_size``."""
+    from bertlib.data.newsgroups import encode
+
+    enc = encode(tokenizer, texts, settings.max_length, "head_tail")
+    lengths, size = [len(e) for e in enc], settings.batch_size
+    naive = [list(range(i, min(i + size, len(enc)))) for i in range(0, len(enc), size)]
+    longest = np.argsort(lengths, kind="stable")[-size:].tolist()
+    warm = next(padded_batches(enc, [longest], tokenizer.pad_token_id, torch.device("cpu")))[1:]
+    return _Posts(enc, torch.as_tensor(targets), naive, length_sorted_batches(lengths, size), warm,
+                  tokenizer.pad_token_id)
+
+
+def _methods(model, hf, tokenizer, label_names: list[str], posts: _Posts,
+             settings: EngineSettings) -> tuple[dict[str, tuple[list, object]], dict[str, str]]:
+    """The rows :func:`engine_rows` times, name → ``(batch order, engine)``: HF's naive and length-sorted batches,
+    bertlib's SDPA and padding-free paths, then each optional engine that builds here; and the skipped ones with why."""
+    from bertlib.perf import engines as E
+
     hf_fn = E.Engine("hf-sdpa", lambda ids, m: hf(input_ids=ids, attention_mask=m).logits)
-    model = model.to(device).eval()
     methods: dict[str, tuple[list, E.Engine]] = {
-        "hf-sdpa, naive batches": (naive, hf_fn),
-        "hf-sdpa, length-sorted": (by_length, hf_fn),
-        "bertlib-sdpa, length-sorted": (by_length, E.make_bertlib(model, "sdpa")),
-        REFERENCE: (by_length, E.make_bertlib(model, "unpadded")),
+        "hf-sdpa, naive batches": (posts.naive, hf_fn),
+        "hf-sdpa, length-sorted": (posts.by_length, hf_fn),
+        "bertlib-sdpa, length-sorted": (posts.by_length, E.make_bertlib(model, "sdpa")),
+        REFERENCE: (posts.by_length, E.make_bertlib(model, "unpadded")),
     }
-    if not core:
+    if not settings.core:
         del methods["hf-sdpa, length-sorted"], methods["bertlib-sdpa, length-sorted"]
     skipped: dict[str, str] = {}
-    longest = np.argsort(lengths, kind="stable")[-batch_size:].tolist()
-    warm = next(padded_batches(enc, [longest], pad, device))[1:]
+    workdir = Path(settings.workdir or BENCH_DIR) / "engines"
     workdir.mkdir(parents=True, exist_ok=True)
     # this run's own ONNX files: two runs at once (a chapter and the bench) must not read each other's half-written
     # files; every engine has read its file into memory when the directory goes
     with tempfile.TemporaryDirectory(dir=workdir, prefix="onnx-") as onnx_dir:
-        builders = _engine_builders(model, hf, tokenizer, label_names, naive, by_length, warm, workdir,
-                                    Path(onnx_dir), device)
-        for name in (ENGINE_METHODS if engines is None else engines):
+        builders = _engine_builders(model, hf, tokenizer, label_names, posts, workdir, Path(onnx_dir))
+        for name in (ENGINE_METHODS if settings.engines is None else settings.engines):
             try:
                 t0 = time.perf_counter()
                 methods[name] = builders[name]()
@@ -183,30 +246,19 @@ def engine_rows(model, tokenizer, label_names: list[str], device: torch.device, 
             except E.EngineUnavailable as e:
                 skipped[name] = str(e)
                 print(f"bench: skipping {name}: {e}")
-    if device.type == "cpu":
-        keep_freed_memory()
-    batches = {name: list(padded_batches(enc, order, pad, device)) for name, (order, _) in methods.items()}
-    logits, seconds = _run_rounds(methods, batches, warm, rounds, len(naive), len(enc), len(label_names), device)
-    with torch.inference_mode():  # latency: one real post of 128 tokens (the first that long, cut there)
+    return methods, skipped
+
+
+def _latency(methods: dict, posts: _Posts, sep_id: int, repeats: int) -> dict[str, list[float]]:
+    """Each method's milliseconds per round for one real post of 128 tokens (the first that long, cut there; else
+    the longest), timed in ``repeats`` interleaved rounds."""
+    lengths = posts.lengths
+    with torch.inference_mode():
         first = next((i for i, n in enumerate(lengths) if n >= 128), int(np.argmax(lengths)))
-        one = torch.tensor([enc[first][:127] + [tokenizer.sep_token_id]], device=device)
+        one = torch.tensor([posts.enc[first][:127] + [sep_id]])
         one_mask = torch.ones_like(one)
         calls = {name: (lambda fn=fn: fn(one, one_mask)) for name, (_, fn) in methods.items()}
-        latency = time_rounds(calls, device, latency_repeats)
-    ref = logits[REFERENCE]
-    base = seconds["hf-sdpa, naive batches"]
-    rows = [_engine_row(name, fn, seconds[name], base, latency[name], logits[name], ref, labels, sum(lengths))
-            for name, (_, fn) in methods.items()]
-    setup_info = {"posts": len(enc), "max_length": max_length, "batch_size": batch_size, "rounds": rounds,
-                  "threads": torch.get_num_threads(), "mean_tokens": round(float(np.mean(lengths)), 1),
-                  "load_average": _load()}
-    n_more = min(accuracy_posts or len(test.data), len(test.data)) if accuracy_posts is not None else 0
-    if n_more > len(enc):
-        batches.clear()
-        more = test.data[:n_more], torch.as_tensor(test.target[:n_more])
-        setup_info["fp32_accuracy_on_accuracy_posts"] = _score_again(
-            rows, methods, more, len(label_names), tokenizer, max_length, batch_size, device)
-    return {"rows": rows, "skipped": skipped, "setup": setup_info}
+        return time_rounds(calls, torch.device("cpu"), repeats)
 
 
 def _score_again(rows: list[dict], methods: dict, posts: tuple, n_labels: int, tokenizer, max_length: int,
@@ -243,8 +295,8 @@ def _score_again(rows: list[dict], methods: dict, posts: tuple, n_labels: int, t
     return round(_accuracy(logits[REFERENCE], labels), 4)
 
 
-def _engine_builders(model, hf, tokenizer, label_names: list[str], naive: list, by_length: list, warm: tuple,
-                     workdir: Path, onnx_dir: Path, device: torch.device) -> dict:
+def _engine_builders(model, hf, tokenizer, label_names: list[str], posts: _Posts, workdir: Path,
+                     onnx_dir: Path) -> dict:
     """Name → a function that builds that optional row of :func:`engine_rows`: ``(batch order, engine)``."""
     from bertlib.perf import engines as E
 
@@ -257,8 +309,9 @@ def _engine_builders(model, hf, tokenizer, label_names: list[str], naive: list, 
             done.add(path)
         return path
 
+    naive, by_length, warm = posts.naive, posts.by_length, posts.warm
     return {
-        "hf-eager, naive batches": lambda: (naive, E.Engine("hf-eager", _hf_eager(model, label_names, device))),
+        "hf-eager, naive batches": lambda: (naive, E.Engine("hf-eager", _hf_eager(model, label_names))),
         "hf-sdpa int8 (torch.ao quantize_dynamic), length-sorted": lambda: (by_length, _hf_int8(hf)),
         "bertlib padding-free int8, length-sorted": lambda: (by_length, E.make_int8(model, "unpadded")),
         "bertlib padding-free, prepacked weights, length-sorted": lambda: (by_length, E.make_packed(model)),
@@ -304,24 +357,26 @@ def _run_rounds(methods: dict, batches: dict, warm: tuple, rounds: int, n_batche
     return logits, seconds
 
 
-def _engine_row(name: str, fn, seconds: list[float], base_seconds: list[float], latency_ms: list[float],
-                logits: torch.Tensor, ref_logits: torch.Tensor, labels: torch.Tensor, n_tokens: int) -> dict:
-    """One row of :func:`engine_rows`: speed (median, min, max over rounds), the speed-up over HF's naive batches
-    within each round, latency, and accuracy against the fp32 bertlib reference ``ref_logits``."""
-    n = len(labels)
-    per_round = [n / s for s in seconds]
-    speedups = [b / s for b, s in zip(base_seconds, seconds, strict=True)]
+def _engine_row(name: str, fn, seconds: dict[str, list[float]], latency: dict[str, list[float]],
+                logits: dict[str, torch.Tensor], labels: torch.Tensor, n_tokens: int) -> dict:
+    """Row ``name`` of :func:`engine_rows` from every method's seconds per round, latencies and logits (by name):
+    speed (median, min, max over rounds), the speed-up over HF's naive batches within each round, latency, and
+    accuracy against the fp32 bertlib reference (:data:`REFERENCE`)."""
+    n, mine, latency_ms = len(labels), seconds[name], latency[name]
+    ours, ref_logits = logits[name], logits[REFERENCE]
+    per_round = [n / s for s in mine]
+    speedups = [b / s for b, s in zip(seconds["hf-sdpa, naive batches"], mine, strict=True)]
     return {
-        "method": name, "posts": n, "rounds": len(seconds),
-        "posts_per_s": round(n / statistics.median(seconds), 2),
+        "method": name, "posts": n, "rounds": len(mine),
+        "posts_per_s": round(n / statistics.median(mine), 2),
         "posts_per_s_min": round(min(per_round), 2), "posts_per_s_max": round(max(per_round), 2),
-        "real_tokens_per_s": round(n_tokens / statistics.median(seconds)),
+        "real_tokens_per_s": round(n_tokens / statistics.median(mine)),
         "speedup_vs_hf_naive": round(statistics.median(speedups), 3),
         "speedup_min": round(min(speedups), 3), "speedup_max": round(max(speedups), 3),
         "latency_ms_128": round(statistics.median(latency_ms), 2),
         "latency_ms_min": round(min(latency_ms), 2), "latency_ms_max": round(max(latency_ms), 2),
-        **_accuracy_fields(logits, ref_logits, labels),
-        "max_abs_logit_diff": round(float((logits - ref_logits).abs().max()), 6),
+        **_accuracy_fields(ours, ref_logits, labels),
+        "max_abs_logit_diff": round(float((ours - ref_logits).abs().max()), 6),
         "prepare_s": fn.prepare_s, "note": fn.note,
     }
 
@@ -365,10 +420,10 @@ def _load() -> str:
         return "unknown"
 
 
-def _hf_eager(model, label_names, device):
+def _hf_eager(model, label_names):
     from bertlib.tasks.export import to_hf_classifier
 
-    hf = to_hf_classifier(model, label_names).to(device)
+    hf = to_hf_classifier(model, label_names)
     return lambda ids, m: hf(input_ids=ids, attention_mask=m).logits
 
 

@@ -30,6 +30,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -40,7 +41,7 @@ from bertlib.model.runtime import autocast_for, bf16_supported, resolve_seed
 from bertlib.perf.timing import sync
 from bertlib.tasks.classifier import BertClassifier
 
-__all__ = ["BF16", "COMPILED", "PADDED", "TRAINER", "TRAIN_COLUMNS", "UNPADDED", "bf16_step_error",
+__all__ = ["BF16", "COMPILED", "CurveSettings", "PADDED", "TRAINER", "TRAIN_COLUMNS", "UNPADDED", "bf16_step_error",
            "cpu_profile_batches", "cpu_profile_sequences", "padding_share", "padding_shares", "precisions_for",
            "time_to_accuracy", "training_rows"]
 
@@ -232,14 +233,7 @@ def training_rows(pt: Pretrained, device: torch.device, batches, rounds: int, st
         print(f"bench_training: {device} has no native bfloat16 matrix products: the float32 rows only")
         precisions = tuple(p for p in precisions if p != "bfloat16")
     runners = _runners(pt, num_labels, device, precisions, compile_)
-    compile_s = {}
-    for name in [n for n in runners if n.startswith(COMPILED)]:
-        # compiling: two batches of different lengths, so inductor marks the length dynamic before the timing
-        widths = {b["input_ids"].shape[1]: (b, y) for b, y in batches}
-        warm = [(_to(b, device), y.to(device)) for b, y in list(widths.values())[:2]]
-        t0 = time.perf_counter()
-        runners[name](warm)
-        compile_s[name] = round(time.perf_counter() - t0, 1)
+    compile_s = _compile_times(runners, batches, device)
     seconds: dict[str, list[float]] = {name: [] for name in runners}
     timed = []
     names = list(runners)
@@ -250,25 +244,45 @@ def training_rows(pt: Pretrained, device: torch.device, batches, rounds: int, st
             ends = runners[name](chunk)
             seconds[name].append(ends[-1] - ends[0])
     tokens = sum(int(b["attention_mask"].sum()) for b, _ in timed)
-    rows = []
-    for name, secs in seconds.items():
-        precision = "bfloat16" if name.endswith(BF16) else "float32"
-        vs_trainer = _paired(seconds[TRAINER + (BF16 if precision == "bfloat16" else "")], secs)
-        vs_ch9 = _paired(seconds[PADDED], secs)
-        ms = 1e3 * statistics.median(secs) / (steps - 1)
-        row = {"method": name, "precision": precision, "tokens_per_s": round(tokens / sum(secs), 1),
-               "ms_per_step": round(ms, 1), "speedup_vs_trainer": vs_trainer[0], "speedup_min": vs_trainer[1],
-               "speedup_max": vs_trainer[2], "speedup_vs_ch9": vs_ch9[0], "vs_ch9_min": vs_ch9[1],
-               "vs_ch9_max": vs_ch9[2], "compile_s": compile_s.get(name), "break_even_steps": None}
-        if name in compile_s:
-            eager = 1e3 * statistics.median(seconds[name.replace(COMPILED, PADDED)]) / (steps - 1)
-            saved_s = (eager - ms) / 1e3
-            row["break_even_steps"] = round(compile_s[name] / saved_s) if saved_s > 0 else None
-        rows.append(row)
+    rows = [_training_row(name, seconds, steps - 1, tokens, compile_s) for name in seconds]
     setup_info = {"batch_size": int(batches[0][0]["input_ids"].shape[0]), "rounds": rounds, "steps": steps,
                   "padding_share": round(padding_share(timed), 4), "tokens": tokens, "precisions": list(precisions),
                   "bf16_supported": bf16_supported(device), "threads": torch.get_num_threads(), "model": pt.source}
     return {"rows": rows, "setup": setup_info, "seconds": seconds}
+
+
+def _compile_times(runners: dict, batches, device: torch.device) -> dict[str, float]:
+    """Compile each compiled runner on two batches of different lengths, so inductor marks the length dynamic before
+    the timing; its compile seconds by row name."""
+    compile_s = {}
+    for name in [n for n in runners if n.startswith(COMPILED)]:
+        widths = {b["input_ids"].shape[1]: (b, y) for b, y in batches}
+        warm = [(_to(b, device), y.to(device)) for b, y in list(widths.values())[:2]]
+        t0 = time.perf_counter()
+        runners[name](warm)
+        compile_s[name] = round(time.perf_counter() - t0, 1)
+    return compile_s
+
+
+def _training_row(name: str, seconds: dict[str, list[float]], timed_steps: int, tokens: int,
+                  compile_s: dict[str, float]) -> dict:
+    """One row of :func:`training_rows` from every method's timed ``seconds`` per round (``timed_steps`` steps each,
+    ``tokens`` real tokens in all): speed, and speed-ups paired within a round over ``Trainer`` at the same
+    precision and over chapter 9's padded float32 step; a compiled row's break-even step count."""
+    secs = seconds[name]
+    precision = "bfloat16" if name.endswith(BF16) else "float32"
+    vs_trainer = _paired(seconds[TRAINER + (BF16 if precision == "bfloat16" else "")], secs)
+    vs_ch9 = _paired(seconds[PADDED], secs)
+    ms = 1e3 * statistics.median(secs) / timed_steps
+    row = {"method": name, "precision": precision, "tokens_per_s": round(tokens / sum(secs), 1),
+           "ms_per_step": round(ms, 1), "speedup_vs_trainer": vs_trainer[0], "speedup_min": vs_trainer[1],
+           "speedup_max": vs_trainer[2], "speedup_vs_ch9": vs_ch9[0], "vs_ch9_min": vs_ch9[1],
+           "vs_ch9_max": vs_ch9[2], "compile_s": compile_s.get(name), "break_even_steps": None}
+    if name in compile_s:
+        eager = 1e3 * statistics.median(seconds[name.replace(COMPILED, PADDED)]) / timed_steps
+        saved_s = (eager - ms) / 1e3
+        row["break_even_steps"] = round(compile_s[name] / saved_s) if saved_s > 0 else None
+    return row
 
 
 def bf16_step_error(pt: Pretrained, batches, num_labels: int = 20, attn: str = "unpadded") -> dict:
@@ -302,21 +316,33 @@ def bf16_step_error(pt: Pretrained, batches, num_labels: int = 20, attn: str = "
             "bf16": bf16_supported(device)}
 
 
+@dataclass(frozen=True)
+class CurveSettings:
+    """How :func:`time_to_accuracy` trains: ``epochs`` over the training posts in batches of ``batch_size`` (bucketed
+    by length over ``bucket_batches`` batches, shuffled by ``seed``), at the constant learning rate ``lr``, scored on
+    validation every ``eval_every`` steps; a new head of ``num_labels`` classes (initialised from ``seed`` too)."""
+
+    epochs: int
+    batch_size: int
+    eval_every: int
+    lr: float = LR
+    num_labels: int = 20
+    seed: int = 0
+    bucket_batches: int = 50
+
+
 def time_to_accuracy(pt: Pretrained, device: torch.device, train: tuple[list[list[int]], np.ndarray],
-                     val: tuple[list[list[int]], np.ndarray], method: str, *, epochs: int, batch_size: int,
-                     eval_every: int, lr: float = LR, num_labels: int = 20, seed: int = 0,
-                     bucket_batches: int = 50) -> dict:
+                     val: tuple[list[list[int]], np.ndarray], method: str, settings: CurveSettings) -> dict:
     """Validation accuracy against training wall-clock seconds, for one short real fine-tuning run.
 
     ``method`` is a row name of :func:`training_rows` (``UNPADDED + BF16``, ``TRAINER``, ...; compiled rows are
     not offered here). ``train`` and ``val`` are token ids and class indices. Every method trains the same initial
-    model on the same batches (:func:`bertlib.data.batches.epoch_batches`, ``epochs`` epochs, constant learning rate
-    ``lr``, fused AdamW, clipping); every ``eval_every`` steps, and at the end, the model is scored on ``val``
-    (float32, eval mode, dropout off) with the clock stopped. Returns ``{"method", "seconds": [...],
-    "steps": [...], "accuracy": [...]}``, starting at step 0 (the untrained head), and ``"tokens"`` trained on."""
-    from bertlib.data.batches import collate
-
-    bf16 = method.endswith(BF16)
+    model on the same batches (:func:`bertlib.data.batches.epoch_batches`, ``settings.epochs`` epochs, constant
+    learning rate ``settings.lr``, fused AdamW, clipping); every ``settings.eval_every`` steps, and at the end, the
+    model is scored on ``val`` (float32, eval mode, dropout off) with the clock stopped. Returns ``{"method",
+    "seconds": [...], "steps": [...], "accuracy": [...]}``, starting at step 0 (the untrained head), and
+    ``"tokens"`` trained on."""
+    bf16, c = method.endswith(BF16), settings
     base = method.removesuffix(BF16)
     if base not in (TRAINER, PADDED, UNPADDED):
         raise ValueError(f"time_to_accuracy: method must be one of {[TRAINER, PADDED, UNPADDED]} (+ {BF16!r}), "
@@ -325,7 +351,8 @@ def time_to_accuracy(pt: Pretrained, device: torch.device, train: tuple[list[lis
     lengths = np.array([len(s) for s in seqs])
     pad = pt.tokenizer.pad_token_id
     batches = [(collate([seqs[i] for i in idx], pad, device), torch.as_tensor(labels[idx], device=device))
-               for epoch in range(epochs) for idx in epoch_batches(lengths, batch_size, seed, epoch, bucket_batches)]
+               for epoch in range(c.epochs) for idx in epoch_batches(lengths, c.batch_size, c.seed, epoch,
+                                                                     c.bucket_batches)]
     val_batches = [(collate([val[0][i] for i in idx], pad, device), torch.as_tensor(val[1][idx]))
                    for idx in np.array_split(np.argsort([len(s) for s in val[0]]), max(1, len(val[0]) // 64))]
 
@@ -348,23 +375,23 @@ def time_to_accuracy(pt: Pretrained, device: torch.device, train: tuple[list[lis
         curve["steps"].append(step)
         curve["accuracy"].append(accuracy(model))
     with _random_states_kept():
-        torch.manual_seed(seed)  # dropout: the same masks for every bertlib method
+        torch.manual_seed(c.seed)  # dropout: the same masks for every bertlib method
         if base == TRAINER:
-            _trainer_curve(pt, num_labels, device, batches, bf16, eval_every, point, lr)
+            _trainer_curve(pt, c, device, batches, bf16, point)
         else:
-            run = _bertlib_runner(pt, num_labels, "unpadded" if base == UNPADDED else "sdpa", bf16=bf16, lr=lr)
+            run = _bertlib_runner(pt, c.num_labels, "unpadded" if base == UNPADDED else "sdpa", bf16=bf16, lr=c.lr)
             point(run.model, 0, 0.0)
             elapsed, start = 0.0, _now(device)
             for step, one in enumerate(batches, 1):
                 elapsed += run([one])[-1] - start
-                if step % eval_every == 0 or step == len(batches):
+                if step % c.eval_every == 0 or step == len(batches):
                     point(run.model, step, elapsed)
                 start = _now(device)
     return curve
 
 
-def _trainer_curve(pt: Pretrained, num_labels: int, device: torch.device, batches, bf16: bool, eval_every: int,
-                   point: Callable, lr: float) -> None:
+def _trainer_curve(pt: Pretrained, settings: CurveSettings, device: torch.device, batches, bf16: bool,
+                   point: Callable) -> None:
     """:func:`time_to_accuracy` for ``Trainer``: ``point(model, step, seconds)`` from a callback, the time spent
     in it taken off the clock; the clock starts when ``Trainer.train`` begins."""
     from transformers import TrainerCallback
@@ -378,12 +405,12 @@ def _trainer_curve(pt: Pretrained, num_labels: int, device: torch.device, batche
             self.paused = _now(device) - self.start
 
         def on_step_end(self, args, state, control, model=None, **kwargs):
-            if state.global_step % eval_every == 0 or state.global_step == len(batches):
+            if state.global_step % settings.eval_every == 0 or state.global_step == len(batches):
                 t = _now(device)
                 point(model, state.global_step, t - self.start - self.paused)
                 self.paused += _now(device) - t
 
-    run = _trainer_runner(pt, num_labels, device, callbacks=(Scores(),), bf16=bf16, lr=lr)
+    run = _trainer_runner(pt, settings.num_labels, device, callbacks=(Scores(),), bf16=bf16, lr=settings.lr)
     run(batches)
 
 
@@ -442,8 +469,8 @@ def main(argv: list[str] | None = None) -> dict:
         train = encode(pt.tokenizer, list(data.train.texts[:args.curves]), 128, "head_tail"), data.train.labels
         val = encode(pt.tokenizer, list(data.test.texts[:100]), 128, "head_tail"), data.test.labels[:100]
         tag = BF16 if bf16_supported(device) else ""
-        result["curves"] = [time_to_accuracy(pt, device, (train[0], train[1][:args.curves]), val, method, epochs=3,
-                                             batch_size=16, eval_every=10, lr=2e-4)
+        settings = CurveSettings(epochs=3, batch_size=16, eval_every=10, lr=2e-4)
+        result["curves"] = [time_to_accuracy(pt, device, (train[0], train[1][:args.curves]), val, method, settings)
                             for method in (UNPADDED + tag, TRAINER + tag, PADDED)]
         for c in result["curves"]:
             print(c["method"], list(zip(c["seconds"], c["accuracy"], strict=True)))

