@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import importlib
 import json
+import re
 import subprocess
 import sys
 import types
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import bertlib
 from toc import ROOT
 
 PACKAGE = ROOT / "bertlib"
@@ -369,3 +371,15 @@ if __name__ == "__main__":
     order = layers()
     for name, deps in sorted(graph().items(), key=lambda kv: (layer_of(kv[0], order), kv[0])):
         print(f"[{order[layer_of(name, order)]}] {name} -> {', '.join(sorted(deps))}")
+
+
+def test_the_readme_tree_is_the_package_tree():
+    """README.md's tree names every sub-package (with its layer number) and every module of bertlib (issue 36)."""
+    readme = (ROOT / "README.md").read_text()
+    tree = readme[readme.index("  bertlib/\n"):]
+    tree = tree[:tree.index("```")]
+    for layer, package in enumerate(bertlib.LAYERS, start=1):
+        assert re.search(rf"── {package}/\s+{layer} ", tree), f"README's tree lacks {package}/ at layer {layer}"
+    for path in sorted((ROOT / "bertlib").rglob("*.py")):
+        if path.stem != "__init__":
+            assert re.search(rf"\b{path.stem}\b", tree), f"README's tree does not name {path.relative_to(ROOT)}"
