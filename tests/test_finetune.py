@@ -637,6 +637,9 @@ def test_mean_pooling_is_hf_bertmodel_averaged_and_refuses_export():
         assert not torch.allclose(ours(**batch), pooled(**batch))  # the same weights, another vector read
     torch.nn.functional.cross_entropy(ours.train()(**batch), labels).backward()
     assert ours.bert.pooler.dense.weight.grad is None and ours.classifier.weight.grad.abs().max() > 0
+    # frozen, so that DistributedDataParallel does not wait for a gradient that never comes
+    assert {n for n, w in ours.named_parameters() if not w.requires_grad} == {"bert.pooler.dense.weight",
+                                                                              "bert.pooler.dense.bias"}
     with pytest.raises(ValueError, match="pooling"):
         to_hf_classifier(ours, ["a", "b", "c"])
     with pytest.raises(ValueError, match="pooling"):

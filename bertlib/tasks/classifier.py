@@ -113,6 +113,9 @@ class BertClassifier(nn.Module):
         self.attn_implementation = attn_implementation
         self.fused = fused  # one-kernel LayerNorm/GELU (appendix 14): same math, faster
         self.bert = module_tree(state_dict)
+        if pooling == "mean":  # the head never reads the pooler: kept for export and resuming, but not trained (a
+            for name, weight in self.bert.named_parameters():  # weight without a gradient stalls DDP's all-reduce)
+                weight.requires_grad_(not name.startswith("pooler."))
         self._refresh_weights()
         some = next(iter(state_dict.values()))
         self.classifier = nn.Linear(config.hidden_size, num_labels, device=some.device, dtype=some.dtype)
