@@ -42,6 +42,7 @@ from bertlib.evaluation.inference import best_on_validation, scores
 from bertlib.model.encoder import FAST, bert_forward
 from bertlib.model.pretrained import Pretrained, check_max_length, load_pretrained, model_name
 from bertlib.model.runtime import check_device, default_seed, get_device, get_profile, hardware, progress_enabled
+from bertlib.tasks.classifier import mean_pool
 
 #: The three vectors of a post, in the order chapter 9 shows them.
 KINDS: tuple[str, ...] = ("[CLS]", "pooler", "mean")
@@ -68,10 +69,9 @@ def frozen_features(pretrained: Pretrained, seqs: list[list[int]], batch_size: i
         batch = collate([seqs[i] for i in idx], pretrained.tokenizer.pad_token_id, device)
         res = bert_forward(sd, config, **batch, **FAST)
         hidden = res.last_hidden_state                                         # (batch, seq, hidden)
-        m = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)             # (batch, seq, 1)
         out["[CLS]"][idx] = hidden[:, 0].float().cpu()
         out["pooler"][idx] = res.pooler_output.float().cpu()
-        out["mean"][idx] = ((hidden * m).sum(1) / m.sum(1)).float().cpu()
+        out["mean"][idx] = mean_pool(hidden, batch["attention_mask"]).float().cpu()  # over real tokens
     return out
 
 

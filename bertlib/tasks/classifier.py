@@ -38,7 +38,7 @@ def module_tree(state_dict: Mapping[str, torch.Tensor]) -> nn.Module:
 
 
 #: What :class:`BertClassifier`'s linear layer reads: HF's pooler on ``[CLS]``, or the mean of the last hidden states.
-POOLINGS = ("pooler", "mean")
+HEAD_POOLINGS = ("pooler", "mean")
 
 #: The word-embedding table's name in a :func:`module_tree` of ``BertModel`` keys.
 WORD_EMBEDDINGS = "embeddings.word_embeddings.weight"
@@ -103,8 +103,8 @@ class BertClassifier(nn.Module):
         check_config(config)
         if num_labels < 1:
             raise ValueError(f"num_labels must be at least 1, got {num_labels}.")
-        if pooling not in POOLINGS:
-            raise ValueError(f"pooling must be one of {POOLINGS}, got {pooling!r}.")
+        if pooling not in HEAD_POOLINGS:
+            raise ValueError(f"pooling must be one of {HEAD_POOLINGS}, got {pooling!r}.")
         self.pooling = pooling
         state_dict = {k: v for k, v in state_dict.items() if k in expected_shapes(config)}
         check_state_dict(state_dict, config)

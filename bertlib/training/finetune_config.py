@@ -18,6 +18,7 @@ from bertlib.data.files import check_output
 from bertlib.data.newsgroups import POSTS
 from bertlib.data.windows import POOLINGS, check_windows
 from bertlib.model.runtime import Profile, bf16_supported, check_device, default_seed, get_device, get_profile
+from bertlib.tasks.classifier import HEAD_POOLINGS
 
 
 def _arg(help: str, default=dataclasses.MISSING, **kwargs):
@@ -106,7 +107,7 @@ class FinetuneConfig:
                   (self.max_length >= 8, f"max_length must be at least 8 tokens, got {self.max_length}."),
                   (self.dropout is None or 0.0 <= self.dropout < 1.0,
                    f"dropout must be in [0, 1), got {self.dropout}."),
-                  (self.pooling in ("pooler", "mean"),
+                  (self.pooling in HEAD_POOLINGS,
                    f"pooling must be 'pooler' or 'mean', got {self.pooling!r}."),
                   (self.attn in ("sdpa", "eager"), f"attn must be 'sdpa' or 'eager', got {self.attn!r}."),
                   (self.bf16 in ("auto", "on", "off"), f"bf16 must be 'auto', 'on' or 'off', got {self.bf16!r}."),
