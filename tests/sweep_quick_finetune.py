@@ -57,6 +57,13 @@ GRID = [
          pooling="mean"),
     dict(train_size=400, val_fraction=0.5, max_length=128, truncation="head", epochs=5, lr=3e-4, head_lr=3e-3,
          pooling="mean"),
+    # issue 37, third session: on a quiet machine the design above trains in about half the old run's time, and the
+    # frozen mean vectors + logistic regression validated above it (0.655 against 0.635, seed 0). So the new layer
+    # starts from that probe (linear probing, then fine-tuning: Kumar et al. 2022), with the time left for epochs
+    *[{**dict(train_size=500, val_fraction=0.4, max_length=128, truncation="head", epochs=3, lr=3e-4, head_lr=3e-3,
+              pooling="mean", head_init="probe"), **change}
+      for change in ({}, dict(head_lr=3e-4), dict(epochs=4), dict(lr=1e-4, head_lr=1e-3), dict(epochs=4, lr=1e-4,
+                                                                                               head_lr=1e-4))],
 ]
 
 
@@ -90,7 +97,8 @@ def one_run(overrides: dict, seed: int, score_test: bool) -> dict:
            "precision": res.metrics["precision"], "train_s": round(seconds, 1), "val_model": round(best, 4),
            "val_svc": round(svc_val, 4), "val_margin": round(best - svc_val, 4),
            "val_per_epoch": [round(h["val_accuracy"], 3) for h in res.metrics["history"]],
-           "final_train_loss": round(res.metrics["final_train_loss"], 3)}
+           "final_train_loss": round(res.metrics["final_train_loss"], 3), "probe": res.metrics.get("probe"),
+           "first_loss": round(res.metrics["train_loss_curve"][0], 4)}
     if score_test:
         svc_test = float(np.mean(svc.predict(vec.transform(data.test.texts)) == data.test.labels))
         row.update(test_model=round(res.metrics["accuracy"], 4), test_svc=round(svc_test, 4),

@@ -660,3 +660,34 @@ def test_classifier_builds_its_weights_once_and_follows_to_and_load_state_dict()
     torch.testing.assert_close(model(**batch), other(**batch), atol=0, rtol=0)
     model(**batch).sum().backward()  # the gradient reaches the parameters the module now holds
     assert all(p.grad is not None for n, p in model.named_parameters() if "pooler" in n)
+
+
+def _tiny_posts(n: int, seed: int = 0) -> tuple[list[list[int]], np.ndarray]:
+    """``n`` random sequences of the tiny vocabulary (ids 5-39 between [CLS]=2 and [SEP]=3) and labels 0-2."""
+    g = torch.Generator().manual_seed(seed)
+    seqs = [[2, *torch.randint(5, 40, (int(k),), generator=g).tolist(), 3]
+            for k in torch.randint(3, 20, (n,), generator=g)]
+    return seqs, np.arange(n) % 3
+
+
+def test_probe_head_starts_the_layer_at_the_logistic_regression():
+    """head_init='probe': the new layer's logits are the probe's decision function (its standardisation folded into
+    the layer), and the probe is fitted on the vectors the layer reads."""
+    from bertlib.evaluation.features import fit_probe
+
+    model, train, val = _tiny_classifier(seed=1), _tiny_posts(60, seed=1), _tiny_posts(30, seed=2)
+    feats = ft.head_inputs(model, train[0], 0)
+    probe = fit_probe(feats, train[1], ft.head_inputs(model, val[0], 0), val[1])
+    found = ft.probe_head(model, train, val, 0)
+    assert found == {"C": probe.C, "val_accuracy": probe.val_accuracy}
+    model.eval()
+    with torch.no_grad():
+        logits = model(**data_batches.collate(train[0][:8], 0, "cpu"))
+    torch.testing.assert_close(logits, torch.as_tensor(probe.model.decision_function(feats[:8]), dtype=torch.float32),
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_probe_head_needs_every_class():
+    model, (seqs, labels) = _tiny_classifier(), _tiny_posts(12)
+    with pytest.raises(ValueError, match=r"classes \[2\] have none.*--head-init random"):
+        ft.probe_head(model, (seqs, labels % 2), (seqs, labels), 0)

@@ -7,6 +7,7 @@ import torch
 
 from bertlib.data import pretraining_data
 from bertlib.training import small_bert
+from bertlib.training.pretraining import PretrainRecipe
 
 DOCS = [[f"the {w} sat on mat number {k} today." for k in range(4)] for w in ("cat", "dog", "bird", "fish", "cow")]
 
@@ -19,8 +20,8 @@ def test_recipe_per_profile():
 def test_prepare_is_the_inline_steps_and_train_runs(pretrained, monkeypatch):
     """prepare() gives what chapter 11b's inline steps give; train() runs the recipe (shortened here)."""
     tok = pretrained.tokenizer
-    settings = small_bert.Recipe(n_docs=4, max_length=24, vocab_c=40, hidden=16, steps=3, batch_size=4, lr=1e-3,
-                                 weight_decay=0.01, held_out=3)
+    settings = small_bert.Recipe(n_docs=4, max_length=24, vocab_c=40, hidden=16, steps=3,
+                                 training=PretrainRecipe(batch_size=4, lr=1e-3, weight_decay=0.01), held_out=3)
     prepared = small_bert.prepare(DOCS, DOCS[::-1], tok, settings, seed=0)
     pairs = pretraining_data.nsp_pairs(DOCS[:4], np.random.default_rng(0), sentences_per_segment=2)
     full_ids = pretraining_data.tokenize_pairs(pairs, tok, 24)

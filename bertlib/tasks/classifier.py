@@ -144,13 +144,14 @@ class BertClassifier(nn.Module):
         self._refresh_weights()
         return result
 
-    def forward(
+    def pooled(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``(batch, seq)`` ids (and masks) → ``(batch, num_labels)`` logits."""
+        """``(batch, seq)`` ids (and masks) → ``(batch, hidden)``: the vector the new layer reads, the pooler output
+        or the mean of the last hidden states over the real tokens (``pooling``), before dropout."""
         words = padding_row_frozen(self._weights[WORD_EMBEDDINGS], getattr(self.config, "pad_token_id", None))
         weights = self._weights if words is self._weights[WORD_EMBEDDINGS] else ChainMap({WORD_EMBEDDINGS: words},
                                                                                            self._weights)
@@ -159,8 +160,16 @@ class BertClassifier(nn.Module):
         out = bert_forward(weights, self.config, input_ids, attention_mask,
                            token_type_ids, training=self.training, attn_implementation=self.attn_implementation,
                            fused=self.fused, **OUTPUTS_ONLY, check=False)
-        pooled = out.pooler_output if self.pooling == "pooler" else mean_pool(out.last_hidden_state, attention_mask)
-        pooled = F.dropout(pooled, self.dropout_prob, self.training)
+        return out.pooler_output if self.pooling == "pooler" else mean_pool(out.last_hidden_state, attention_mask)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """``(batch, seq)`` ids (and masks) → ``(batch, num_labels)`` logits: the new layer on :meth:`pooled`."""
+        pooled = F.dropout(self.pooled(input_ids, attention_mask, token_type_ids), self.dropout_prob, self.training)
         return self.classifier(pooled)
 
 

@@ -69,6 +69,10 @@ class FinetuneConfig:
         "what the new linear layer reads: pooler (HF's BertForSequenceClassification: the pooler on [CLS]) or mean "
         "(the last hidden states averaged over the post's tokens, as a sentence encoder was trained; not exportable "
         "to BertForSequenceClassification)", "mean")
+    head_init: Literal["random", "probe"] = _arg(
+        "the new layer's starting weights: random (Hugging Face's, N(0, initializer_range)) or probe (the logistic "
+        "regression on the frozen vectors it reads, fitted on the training posts, C chosen on validation: linear "
+        "probing, then fine-tuning, Kumar et al. 2022)", "random")
     epochs: int = _arg("passes over the training posts", 3)
     max_steps: int | None = _arg("stop (and evaluate) after this many optimizer steps in all", None)
     batch_size: int = _arg("the global batch; under DDP split over the processes (a multiple of their number)", 16)
@@ -109,6 +113,8 @@ class FinetuneConfig:
                    f"dropout must be in [0, 1), got {self.dropout}."),
                   (self.pooling in HEAD_POOLINGS,
                    f"pooling must be 'pooler' or 'mean', got {self.pooling!r}."),
+                  (self.head_init in ("random", "probe"),
+                   f"head_init must be 'random' or 'probe', got {self.head_init!r}."),
                   (self.attn in ("sdpa", "eager"), f"attn must be 'sdpa' or 'eager', got {self.attn!r}."),
                   (self.bf16 in ("auto", "on", "off"), f"bf16 must be 'auto', 'on' or 'off', got {self.bf16!r}."),
                   (self.batch_size >= 1 and self.epochs >= 1, "batch_size and epochs must be at least 1."),
@@ -202,7 +208,7 @@ def profile_config(profile: str = "quick", **overrides) -> FinetuneConfig:
 
 
 #: Settings added after checkpoints were written, and the value those checkpoints were trained with.
-BEFORE_SETTING = {"pooling": "pooler"}
+BEFORE_SETTING = {"pooling": "pooler", "head_init": "random"}
 
 
 def settings_clash(saved: dict, cfg: FinetuneConfig) -> dict[str, tuple]:

@@ -107,6 +107,7 @@ def run_metrics(run: Run, test: dict) -> dict:
         "examples_per_rank": st.examples_per_rank,  # training posts each process ran (this segment on)
         "epochs": cfg.epochs, "epochs_run": st.epoch, "steps": st.step, "best_epoch": st.best_epoch,
         "best_val_accuracy": st.best_val_accuracy,
+        "head_init": cfg.head_init, "probe": st.probe,  # the linear probe the new layer started from, if any
         "final_train_loss": st.history[-1]["train_loss"],
         "wall_time_s": st.wall_time,  # loading, training, evaluation: every segment of a resumed run
         "train_time_s": st.train_time,

@@ -37,6 +37,7 @@ class TrainState:
     finished: bool = False
     segments: int = 0  # calls of train() that worked on this run
     examples_per_rank: list[int] = field(default_factory=list)
+    probe: dict | None = None  # head_init="probe": the C validation chose and the probe's validation accuracy
 
 
 @dataclass

@@ -35,19 +35,17 @@ class Recipe:
     vocab_c: int  #: size of the compact vocabulary, |V_c|
     hidden: int  #: hidden size H (2 layers, 2 heads, feed-forward 4H)
     steps: int
-    batch_size: int
-    lr: float
-    weight_decay: float
+    training: PretrainRecipe  #: pairs per step, peak rate, warm-up, weight decay, masking rate (:func:`pretrain`)
     held_out: int  #: held-out pairs, from the first 1,000 test posts
     per_segment: int = 2  #: consecutive sentences in segment A, and in segment B
 
 
 #: Chapter 11b's settings: a few minutes on a CPU (quick), or the longer run of the full profile.
 RECIPES: dict[str, Recipe] = {
-    "quick": Recipe(n_docs=4000, max_length=64, vocab_c=2000, hidden=64, steps=1000, batch_size=64, lr=3e-3,
-                    weight_decay=0.01, held_out=1000),
-    "full": Recipe(n_docs=None, max_length=96, vocab_c=4000, hidden=128, steps=5000, batch_size=64, lr=2e-3,
-                   weight_decay=0.01, held_out=2000),
+    "quick": Recipe(n_docs=4000, max_length=64, vocab_c=2000, hidden=64, steps=1000,
+                    training=PretrainRecipe(batch_size=64, lr=3e-3, weight_decay=0.01), held_out=1000),
+    "full": Recipe(n_docs=None, max_length=96, vocab_c=4000, hidden=128, steps=5000,
+                   training=PretrainRecipe(batch_size=64, lr=2e-3, weight_decay=0.01), held_out=2000),
 }
 
 
@@ -112,7 +110,6 @@ def train(docs: Sequence[Sequence[str]], test_docs: Sequence[Sequence[str]], tok
     prepared = prepare(docs, test_docs, tokenizer, settings, seed)
     config = config_for(prepared.cvocab, settings)
     model = BertPretrainingModel(init_state_dict(config, seed=seed), config).to(device)
-    training = PretrainRecipe(batch_size=settings.batch_size, lr=settings.lr, weight_decay=settings.weight_decay)
-    history = pretrain(model, prepared.data, steps=settings.steps, recipe=training, seed=seed, log=log,
+    history = pretrain(model, prepared.data, steps=settings.steps, recipe=settings.training, seed=seed, log=log,
                        log_every=max(settings.steps // 8, 1))
     return SmallBert(model, config, prepared, history)

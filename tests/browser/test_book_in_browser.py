@@ -412,6 +412,16 @@ def test_internal_links_and_anchors_resolve(docname: str):
     assert not broken, f"{docname}: {len(broken)} broken links:\n" + "\n".join(broken[:20])
 
 
+@pytest.mark.parametrize("docname", DOCS)
+def test_printed_markdown_tables_are_tables(docname: str):
+    """A table a cell prints with ``display(Markdown(...))`` (chapter 1's parameter table, chapter 9's results) is
+    an HTML table: under MyST-NB's default CommonMark it was one paragraph of pipes (``nb_render_markdown_format``)."""
+    page = (HTML / f"{docname}.html").read_text(encoding="utf-8", errors="replace")
+    paragraphs = (re.sub(r"<[^>]+>", "", p).strip() for p in re.findall(r"<p>(.*?)</p>", page, re.S))
+    raw = [p[:80] for p in paragraphs if p.startswith("|") and p.count("|") >= 4]
+    assert not raw, f"{docname}: {len(raw)} table(s) printed as text: {raw}"
+
+
 @pages
 def test_screenshot_saved(visit: Visit):
     from struct import unpack
