@@ -108,9 +108,9 @@ def one_run(overrides: dict, seed: int, score_test: bool) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    p.add_argument("--seeds", type=int, nargs="+", help="default: 0 with --grid, else 0 1 2 3 4")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--grid", action="store_true", help="the candidate designs, seed 0, validation only")
+    p.add_argument("--grid", action="store_true", help="the candidate designs, validation only")
     p.add_argument("--only", type=int, nargs="*", help="with --grid: these candidates (indices into GRID)")
     p.add_argument("--set", nargs="*", default=[], help="key=value overrides of the quick profile (JSON values)")
     p.add_argument("--pair", action="store_true", help="after each run, the same seed and threads on PREVIOUS (the "
@@ -123,9 +123,11 @@ def main() -> int:
         return 0
     overrides = {k: json.loads(v) for k, v in (s.split("=", 1) for s in a.set)}
     grid = [g for i, g in enumerate(GRID) if a.only is None or i in a.only]
-    specs = ([dict(overrides={**PREVIOUS, **g, **overrides}, seed=0, test=False, threads=a.threads[0]) for g in grid]
+    seeds = a.seeds or ([0] if a.grid else [0, 1, 2, 3, 4])
+    specs = ([dict(overrides={**PREVIOUS, **g, **overrides}, seed=s, test=False, threads=a.threads[0])
+              for s in seeds for g in grid]
              if a.grid
-             else [dict(overrides=o, seed=s, test=True, threads=t) for t in a.threads for s in a.seeds
+             else [dict(overrides=o, seed=s, test=True, threads=t) for t in a.threads for s in seeds
                    for o in ([overrides, PREVIOUS] if a.pair else [overrides])])
     import os
 

@@ -284,8 +284,7 @@ def leaked_solution_lines(starter: str, solution: str, min_chars: int = 20) -> l
     return leaked
 
 
-# Chapter 9b is being rewritten on another branch (issue 35): its checks 9.8 and 9.10 still show the reference in an
-# assertion message (`expected`, `boot`). Remove them from this set when that branch fixes them.
+# Checks known to give their answer away while a branch fixes them (their ids, e.g. "9b.1"): none now.
 GIVE_AWAY_PENDING: set[str] = set()
 
 

@@ -671,20 +671,23 @@ def _tiny_posts(n: int, seed: int = 0) -> tuple[list[list[int]], np.ndarray]:
 
 
 def test_probe_head_starts_the_layer_at_the_logistic_regression():
-    """head_init='probe': the new layer's logits are the probe's decision function (its standardisation folded into
-    the layer), and the probe is fitted on the vectors the layer reads."""
+    """head_init='probe': the new layer's logits are the probe's decision function on the centred vectors divided
+    by their overall spread (folded into the layer), and the probe is fitted on the vectors the layer reads."""
     from bertlib.evaluation.features import fit_probe
 
     model, train, val = _tiny_classifier(seed=1), _tiny_posts(60, seed=1), _tiny_posts(30, seed=2)
-    feats = ft.head_inputs(model, train[0], 0)
-    probe = fit_probe(feats, train[1], ft.head_inputs(model, val[0], 0), val[1])
+    feats, feats_val = ft.head_inputs(model, train[0], 0), ft.head_inputs(model, val[0], 0)
+    mean, spread = feats.mean(0), (feats - feats.mean(0)).std()
+    probe = fit_probe((feats - mean) / spread, train[1], (feats_val - mean) / spread, val[1], standardize=False)
     found = ft.probe_head(model, train, val, 0)
     assert found == {"C": probe.C, "val_accuracy": probe.val_accuracy}
     model.eval()
     with torch.no_grad():
         logits = model(**data_batches.collate(train[0][:8], 0, "cpu"))
-    torch.testing.assert_close(logits, torch.as_tensor(probe.model.decision_function(feats[:8]), dtype=torch.float32),
-                               atol=1e-4, rtol=1e-4)
+    expected = probe.model.decision_function((feats[:8] - mean) / spread)
+    torch.testing.assert_close(logits, torch.as_tensor(expected, dtype=torch.float32), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(model.classifier.weight, torch.as_tensor(probe.model[-1].coef_ / spread,
+                                                                      dtype=torch.float32))  # one spread for all
 
 
 def test_probe_head_needs_every_class():

@@ -40,7 +40,7 @@ from bertlib.data.newsgroups import POSTS, NewsData, encode, load_data
 from bertlib.data.windows import check_windows, encode_windows, pool_windows
 from bertlib.evaluation.inference import best_on_validation, scores
 from bertlib.model.encoder import FAST, bert_forward
-from bertlib.model.pretrained import Pretrained, check_max_length, load_pretrained, model_name
+from bertlib.model.pretrained import Pretrained, check_max_length, load_pretrained
 from bertlib.model.runtime import check_device, default_seed, get_device, get_profile, hardware, progress_enabled
 from bertlib.tasks.classifier import mean_pool
 
@@ -105,16 +105,17 @@ class Probe:
 
 
 def fit_probe(train_features: np.ndarray, train_labels, val_features: np.ndarray, val_labels,
-              grid: tuple[float, ...] = PROBE_C) -> Probe:
-    """Fit ``StandardScaler + LogisticRegression(C)`` on the training posts for every ``C`` in ``grid``; keep the
-    one with the best validation accuracy (the smaller ``C`` on a tie). The test posts play no part."""
+              grid: tuple[float, ...] = PROBE_C, standardize: bool = True) -> Probe:
+    """Fit ``StandardScaler + LogisticRegression(C)`` (without the scaler when ``standardize`` is False) on the
+    training posts for every ``C`` in ``grid``; keep the one with the best validation accuracy (the smaller ``C`` on
+    a tie). The test posts play no part."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     def fitted():
         for C in grid:
-            model = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000))
+            model = make_pipeline(*[StandardScaler()] * standardize, LogisticRegression(C=C, max_iter=5000))
             model.fit(train_features, train_labels)
             acc = float(model.score(val_features, val_labels))
             yield Probe(model, C, acc), acc
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                "profile": cfg.profile, "remove_headers": cfg.remove_headers, "data_seed": cfg.data_seed,
                "train_size": len(data.train), "val_size": len(data.val), "test_size": len(data.test),
                "max_length": cfg.max_length, "truncation": cfg.truncation, "window_stride": cfg.window_stride,
-               "model": model_name(pretrained), "results": results,
+               "model": pretrained.name, "results": results,
                "wall_seconds": round(time.perf_counter() - t0, 1), "hardware": hardware(device)}
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -280,13 +280,6 @@ def load_pretrained(
     return Pretrained(state_dict=sd, config=config, tokenizer=tokenizer, source=source, initialised=initialised)
 
 
-def model_name(pretrained: Pretrained) -> str:
-    """A short name of the checkpoint for logs and ``metrics.json``: the directory or Hub id's last part (the
-    package's folder name for the embedded model, whose weights sit in ``.../<name>/model``)."""
-    name = getattr(pretrained.config, "name_or_path", "") or pretrained.source
-    return name.rstrip("/").rsplit("/", 2)[-2 if name.rstrip("/").endswith("/model") else -1]
-
-
 def to_hf_model(pretrained: Pretrained, attn_implementation: str = "eager") -> BertModel:
     """The reference: a ``transformers.BertModel`` in eval mode holding exactly ``pretrained``'s weights.
 

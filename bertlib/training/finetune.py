@@ -66,7 +66,7 @@ from bertlib.data.newsgroups import (
 from bertlib.data.windows import encode_windows
 from bertlib.evaluation.features import fit_probe
 from bertlib.evaluation.inference import autocast
-from bertlib.model.pretrained import Pretrained, check_max_length, load_pretrained, model_name
+from bertlib.model.pretrained import Pretrained, check_max_length, load_pretrained
 from bertlib.model.runtime import get_device, progress_enabled, set_seed
 from bertlib.tasks.classifier import BertClassifier
 from bertlib.training.checkpoint import (
@@ -141,22 +141,25 @@ def probe_head(model: BertClassifier, train: tuple[list[list[int]], np.ndarray],
                val: tuple[list[list[int]], np.ndarray], pad_id: int, bf16: bool | None = None) -> dict:
     """Linear probing, then fine-tuning (Kumar et al. 2022): set ``model``'s new layer to the logistic regression
     on the frozen vectors it reads (:func:`head_inputs`) of the ``train`` ``(token ids, labels)``, its ``C`` chosen
-    on ``val`` (:func:`bertlib.evaluation.features.fit_probe`, on standardised vectors; the standardisation is
-    folded into the layer: ``W = coef / s``, ``b = intercept - W·m``). Fine-tuning then starts from a layer that
-    already separates the classes, instead of sending a random layer's gradients into the pre-trained encoder.
-    Returns ``{"C", "val_accuracy"}``. Defined in chapter 9, *Fine-tuning on 20 Newsgroups*."""
+    on ``val`` (:func:`bertlib.evaluation.features.fit_probe`). The vectors are centred and divided by one number,
+    their overall spread ``s``, and that is folded into the layer: ``W = coef / s``, ``b = intercept - W·m``. (Not
+    one spread per coordinate: a coordinate that hardly varies over the training posts would get a weight of
+    ``coef / ~0``, and the first change fine-tuning makes to it would swamp the logits.) Fine-tuning then starts
+    from a layer that already separates the classes, instead of sending a random layer's gradients into the
+    pre-trained encoder. Returns ``{"C", "val_accuracy"}``. Defined in chapter 9, *Fine-tuning on 20 Newsgroups*."""
     (train_seqs, y_train), (val_seqs, y_val) = train, val
     missing = sorted(set(range(model.num_labels)) - set(np.asarray(y_train).tolist()))
     if missing:
         raise ValueError(f"head_init='probe' needs training posts of every class; classes {missing} have none. "
                          "Draw more training posts (--train-size) or use --head-init random.")
-    probe = fit_probe(head_inputs(model, train_seqs, pad_id, bf16), y_train,
-                      head_inputs(model, val_seqs, pad_id, bf16), y_val)
-    scaler, logreg = probe.model[0], probe.model[-1]
-    weight = logreg.coef_ / scaler.scale_                                   # (C, hidden)
+    v_train, v_val = head_inputs(model, train_seqs, pad_id, bf16), head_inputs(model, val_seqs, pad_id, bf16)
+    mean, spread = v_train.mean(0), float((v_train - v_train.mean(0)).std())       # (hidden,), one number
+    probe = fit_probe((v_train - mean) / spread, y_train, (v_val - mean) / spread, y_val, standardize=False)
+    logreg = probe.model[-1]
+    weight = logreg.coef_ / spread                                                  # (C, hidden)
     layer = model.classifier
     layer.weight.copy_(torch.as_tensor(weight, dtype=layer.weight.dtype))
-    layer.bias.copy_(torch.as_tensor(logreg.intercept_ - weight @ scaler.mean_, dtype=layer.bias.dtype))
+    layer.bias.copy_(torch.as_tensor(logreg.intercept_ - weight @ mean, dtype=layer.bias.dtype))
     return {"C": probe.C, "val_accuracy": probe.val_accuracy}
 
 
@@ -316,7 +319,7 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
 
         # DDP broadcasts rank 0's weights now, then all-reduces (averages) the gradients in every backward
         run.net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    run.say(f"[finetune] profile={cfg.profile} device={device} model={model_name(pretrained)} "
+    run.say(f"[finetune] profile={cfg.profile} device={device} model={pretrained.name} "
             f"train={len(data.train)} val={len(data.val)} test={len(data.test)} remove_headers={cfg.remove_headers} "
             f"max_length={cfg.max_length} truncation={cfg.truncation} epochs={cfg.epochs} batch={cfg.batch_size} "
             f"precision={'bf16 autocast' if run.bf16 else 'float32'} "
