@@ -498,7 +498,10 @@ FORBIDDEN_USES = [
     ("ℓ", "a depth axis that counts ℓ + 1 or ℓ − 1 (plot over ℓ of h^(ℓ), 0 = the embeddings)",
      [r"ℓ\s*[−-]\s*1\s*\)", r"=\s*(output of|after) layer ℓ\s*[+−-]\s*1", r"after layer ℓ\s*\+\s*1"]),
     ("W", "a weight before the vector, the column-vector convention (the book writes h W^T + b)",
-     [r"\bW_?\{?\w*\}?\s*\\?,?\s*[hxe]\s*\+\s*b", r"\bW_\{?[12QKVOPC]\}?\s*\\,?\s*\\mathrm\{GELU\}"]),
+     [r"\bW_?\{?\w*\}?\s*\\?,?\s*[hxe]\s*\+\s*b", r"\bW_\{?[12QKVOPC]\}?\s*\\,?\s*\\mathrm\{GELU\}",
+      r"\bW_\{?[12QKVOPC]\}?\s*\\?,?\s*[hxep]_\{?[\w+−-]+\}?"]),
+    ("I", "I as the identity matrix (I is the feed-forward width; write \\mathrm{Id})",
+     [r"(?<![\w\\{])I\s*[+−-]\s*\\(?:partial|frac|mathbf)", r"\\left\(\s*I\b", r"\(\s*I\s*[+−-]\s*\\partial"]),
     ("T", "attention cost as O(n²·d) (T is the sequence length; d is the head size: O(T²H) per layer)",
      [r"O\(\s*n\^?\{?2\}?\s*(\\cdot|·)\s*d\s*\)", r"O\(n²·d\)"]),
 ]
@@ -522,13 +525,18 @@ def test_forbidden_uses_catch_the_old_text():
            r"with mean $\mu$, $\sigma = \sqrt{\mathrm{var}(r) + \epsilon}$ and $\hat r = (r - \mu)/\sigma$",
            r"the score of word $w$ at position $t$",
            'ax.set_xlabel("hidden_states index (emb = embeddings, ℓ = after layer ℓ − 1)")',
-           r"$h \leftarrow h + W_2\,\mathrm{GELU}(W_1 h + b_1) + b_2$", r"costs $O(n^2 \cdot d)$"]
+           r"$h \leftarrow h + W_2\,\mathrm{GELU}(W_1 h + b_1) + b_2$", r"costs $O(n^2 \cdot d)$",
+           r"$W_K p_{i-1} \approx c\, W_Q p_i$", r"$\partial (h + f(h)) / \partial h = I + \partial f / \partial h$",
+           r"$J_{\mathrm{LN}}\,(I + \partial f / \partial h)$", r"\left(I - \frac{\mathbf{1}\mathbf{1}^\top}{H}"]
     for text in old:
         assert forbidden_uses(text), text
     new = [r"$\mathrm{softmax}(z_0, z_1)_0 = \mathrm{sigmoid}(z_0 - z_1)$",
            r"$\hat r = (r - \mu)/\sqrt{\sigma^2 + \epsilon}$", r"$\sigma^2 = \frac{1}{H}\sum_c (x_c - \mu)^2$",
            r"$h \leftarrow h + \mathrm{GELU}(h W_1^\top + b_1) W_2^\top + b_2$", r"window $w$ gets the score $s_w$",
-           'ax.set_xlabel("ℓ: hidden state $h^{(ℓ)}$ (0 = the embeddings)")', r"$O(T^2 H)$ per layer"]
+           'ax.set_xlabel("ℓ: hidden state $h^{(ℓ)}$ (0 = the embeddings)")', r"$O(T^2 H)$ per layer",
+           r"$k_{i-1} = W_{\text{pos}}[i-1]\,W_K^\top$",
+           r"$\partial (h + f(h)) / \partial h = \mathrm{Id} + \partial f / \partial h$",
+           r"\left(\mathrm{Id} - \frac{\mathbf{1}\mathbf{1}^\top}{H}", r"$HI + I$ and $IH + H$", r"$I = 4H$"]
     for text in new:
         assert not forbidden_uses(text), (text, forbidden_uses(text))
 
