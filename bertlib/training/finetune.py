@@ -125,7 +125,7 @@ def head_inputs(model: BertClassifier, seqs: list[list[int]], pad_id: int, bf16:
                 batch_size: int = 64) -> np.ndarray:
     """``(len(seqs), hidden)`` float32: the vector ``model``'s new layer reads for every sequence
     (:meth:`~bertlib.tasks.classifier.BertClassifier.pooled`, eval mode, length-sorted batches, bfloat16 autocast
-    with ``bf16``), in the order of ``seqs``."""
+    with ``bf16``), in the order of ``seqs``. Defined in chapter 9, *Fine-tuning on 20 Newsgroups*."""
     device, was_training = next(model.parameters()).device, model.training
     model.eval()
     out = torch.empty(len(seqs), model.config.hidden_size)
@@ -308,7 +308,7 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     if ddp.all_gather((out / CHECKPOINT).exists() or (out / LEGACY_CHECKPOINT).exists())[0]:  # rank 0 decides
         _resume(run, load_checkpoint(out / CHECKPOINT))
     elif cfg.head_init == "probe":  # every rank fits the same probe (no random draws), before DDP wraps the model
-        val = encode(pretrained.tokenizer, data.val.texts, cfg.max_length, cfg.truncation)  # whole posts: truncated
+        val = encode(pretrained.tokenizer, data.val.texts, cfg.max_length, cfg.truncation)  # truncated, as trained
         run.state.probe = probe_head(model, (seqs["train"], run.train_labels), (val, data.val.labels),
                                      pretrained.tokenizer.pad_token_id, run.bf16)
     run.state.segments += 1

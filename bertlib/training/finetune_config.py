@@ -37,9 +37,9 @@ class FinetuneConfig:
 
     profile: Profile = _arg(
         "quick: CPU in minutes, a stratified subset (300 posts trained, 200 validated), their first 128 tokens, the "
-        "mean-pooled head started at the linear probe, 3 epochs; cpu: all data on 2 CPU cores in under "
-        "half an hour (bf16), 128-token windows, 3 epochs, the TF-IDF ensemble; full: a GPU, all data, 512 tokens, 4 epochs (unset: "
-        "$BERTLIB_PROFILE, else full on CUDA and quick on CPU)", "quick")
+        "mean-pooled head started at the linear probe, 3 epochs; cpu: all data on 2 CPU cores in under half an hour "
+        "(bf16), 128-token windows, 3 epochs, the TF-IDF ensemble; full: a GPU, all data, 512 tokens, 4 epochs "
+        "(unset: $BERTLIB_PROFILE, else full on CUDA and quick on CPU)", "quick")
     remove_headers: bool = _arg("remove headers, signatures and quoted replies (remove=REMOVE)", False)
     seed: int = _arg("training seed: head initialisation, dropout, data order ($BERTLIB_SEED, else 0)",
                      default_factory=default_seed)
