@@ -308,7 +308,8 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
     if ddp.all_gather((out / CHECKPOINT).exists() or (out / LEGACY_CHECKPOINT).exists())[0]:  # rank 0 decides
         _resume(run, load_checkpoint(out / CHECKPOINT))
     elif cfg.head_init == "probe":  # every rank fits the same probe (no random draws), before DDP wraps the model
-        val = encode(pretrained.tokenizer, data.val.texts, cfg.max_length, cfg.truncation)  # truncated, as trained
+        val = seqs["val"] if not cfg.eval_windows else encode(pretrained.tokenizer, data.val.texts, cfg.max_length,
+                                                                   cfg.truncation)  # truncated, as trained
         run.state.probe = probe_head(model, (seqs["train"], run.train_labels), (val, data.val.labels),
                                      pretrained.tokenizer.pad_token_id, run.bf16)
     run.state.segments += 1
