@@ -7,7 +7,7 @@ follows: keep what scores best on the validation posts (:func:`best_on_validatio
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -43,9 +43,12 @@ class PredictOptions:
 
 @torch.no_grad()
 def predict_logits(model: torch.nn.Module, seqs: list[list[int]], pad_id: int,
-                   options: PredictOptions = PredictOptions()) -> torch.Tensor:
+                   options: PredictOptions = PredictOptions(),
+                   forward: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
     """``(n, num_labels)`` float32 logits on the CPU, in the order of ``seqs``; eval mode, length-sorted batches;
-    under bfloat16 autocast with ``options.bf16`` (:class:`PredictOptions`).
+    under bfloat16 autocast with ``options.bf16`` (:class:`PredictOptions`). ``forward`` (default: ``model``
+    itself) is what runs on each collated batch; chapter 9's probe passes ``model.pooled``, and the result is then
+    ``(n, hidden)``.
 
     Under ``torch.distributed`` (``options.world_size > 1``, called by every rank) rank ``r`` runs batches ``r``,
     ``r + world_size``, ... and every rank returns all the logits (``all_gather_object``): each batch is exactly
@@ -54,23 +57,23 @@ def predict_logits(model: torch.nn.Module, seqs: list[list[int]], pad_id: int,
     device = torch.device(o.device) if o.device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
+    forward = model if forward is None else forward
     batches = length_sorted_batches([len(s) for s in seqs], o.batch_size)
-    out = torch.empty(len(seqs), model.num_labels)
     mine = []
     for idx in batches[o.rank::o.world_size]:
         with autocast(device, o.bf16):
-            logits = model(**collate([seqs[i] for i in idx], pad_id, device))
-        out[torch.as_tensor(idx)] = logits = logits.float().cpu()
-        mine.append((idx, logits))
+            mine.append((idx, forward(**collate([seqs[i] for i in idx], pad_id, device)).float().cpu()))
     model.train(was_training)
+    parts: list = [mine]
     if o.world_size > 1:
         import torch.distributed as dist
 
-        parts: list = [None] * o.world_size
+        parts = [None] * o.world_size
         dist.all_gather_object(parts, mine)
-        for part in parts:
-            for idx, logits in part:
-                out[torch.as_tensor(idx)] = logits
+    pieces = [piece for part in parts for piece in part]
+    out = torch.empty(len(seqs), pieces[0][1].shape[-1] if pieces else model.num_labels)
+    for idx, logits in pieces:
+        out[torch.as_tensor(idx)] = logits
     return out
 
 

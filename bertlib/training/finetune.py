@@ -57,7 +57,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertlib.data.batches import collate, epoch_batches, length_sorted_batches
+from bertlib.data.batches import collate, epoch_batches
 from bertlib.data.newsgroups import (
     NewsData,
     encode,
@@ -65,7 +65,7 @@ from bertlib.data.newsgroups import (
 )
 from bertlib.data.windows import encode_windows
 from bertlib.evaluation.features import fit_probe
-from bertlib.evaluation.inference import autocast
+from bertlib.evaluation.inference import PredictOptions, autocast, predict_logits
 from bertlib.model.pretrained import Pretrained, check_max_length, load_pretrained
 from bertlib.model.runtime import get_device, progress_enabled, set_seed
 from bertlib.tasks.classifier import BertClassifier
@@ -120,20 +120,14 @@ def build_model(cfg: FinetuneConfig, pretrained: Pretrained, num_labels: int, de
                           pooling=cfg.pooling).to(device)
 
 
-@torch.no_grad()
 def head_inputs(model: BertClassifier, seqs: list[list[int]], pad_id: int, bf16: bool | None = None,
                 batch_size: int = 64) -> np.ndarray:
     """``(len(seqs), hidden)`` float32: the vector ``model``'s new layer reads for every sequence
-    (:meth:`~bertlib.tasks.classifier.BertClassifier.pooled`, eval mode, length-sorted batches, bfloat16 autocast
-    with ``bf16``), in the order of ``seqs``. Defined in chapter 9, *Fine-tuning on 20 Newsgroups*."""
-    device, was_training = next(model.parameters()).device, model.training
-    model.eval()
-    out = torch.empty(len(seqs), model.config.hidden_size)
-    for idx in length_sorted_batches([len(s) for s in seqs], batch_size):
-        with autocast(device, bf16):
-            out[torch.as_tensor(idx)] = model.pooled(**collate([seqs[i] for i in idx], pad_id, device)).float().cpu()
-    model.train(was_training)
-    return out.numpy()
+    (:meth:`~bertlib.tasks.classifier.BertClassifier.pooled`), batched as
+    :func:`~bertlib.evaluation.inference.predict_logits` batches the logits. Defined in chapter 9, *Fine-tuning on
+    20 Newsgroups*."""
+    options = PredictOptions(batch_size=batch_size, bf16=bf16)
+    return predict_logits(model, seqs, pad_id, options, forward=model.pooled).numpy()
 
 
 @torch.no_grad()
