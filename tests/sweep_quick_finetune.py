@@ -22,8 +22,8 @@ import time
 
 #: The quick profile before issue 37's second session (270 training posts, 30 validation posts, 128 tokens head+tail,
 #: 4 epochs, the pooled [CLS]): ``--pair`` times it right after each run of the chosen design, for a paired ratio.
-PREVIOUS = dict(train_size=300, val_fraction=0.1, max_length=128, truncation="head_tail", epochs=4, lr=2e-4,
-                head_lr=2e-3, pooling="pooler")
+PREVIOUS = dict(train_size=300, val_fraction=0.1, test_size=200, max_length=128, truncation="head_tail", epochs=4,
+                lr=2e-4, head_lr=2e-3, pooling="pooler", head_init="random")
 
 #: Candidate quick designs (changes to :data:`PREVIOUS`, the quick profile before issue 37's second session),
 #: compared on validation at seed 0; the candidate chosen is the quick profile now.
@@ -64,6 +64,13 @@ GRID = [
               pooling="mean", head_init="probe"), **change}
       for change in ({}, dict(head_lr=3e-4), dict(epochs=4), dict(lr=1e-4, head_lr=1e-3), dict(epochs=4, lr=1e-4,
                                                                                                head_lr=1e-4))],
+    # issue 37, fourth session (from candidate 18, the design then): whole posts in windows at validation; fewer
+    # labelled posts (200, 10 per class: TF-IDF loses more than the encoder), with and without windows, more epochs
+    *[{**dict(train_size=500, val_fraction=0.4, max_length=128, truncation="head", epochs=3, lr=1e-4, head_lr=1e-3,
+              pooling="mean", head_init="probe"), **change}
+      for change in (dict(eval_windows=True), dict(train_size=400, val_fraction=0.5, eval_windows=True),
+                     dict(train_size=400, val_fraction=0.5), dict(train_size=400, val_fraction=0.5, epochs=5),
+                     dict(train_size=400, val_fraction=0.5, epochs=4))],
 ]
 
 

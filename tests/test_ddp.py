@@ -46,9 +46,10 @@ SETTING = ["--profile", "quick", "--train-size", "117", "--test-size", "40", "--
            "--batch-size", "16", "--eval-batch-size", "8", "--seed", "3", "--checkpoint-every", "100",
            "--device", "cpu", "--dropout", "0", "--max-grad-norm", "1e9", "--bf16", "off",  # DDP_TOLERANCE: float32's
            "--val-fraction", "0.1", "--truncation", "head_tail", "--pooling", "pooler",  # 97 posts; exported to hf/
-           "--head-init", "random"]  # as test_finetune's tiny runs
+           "--head-init", "random", "--no-eval-windows"]  # as test_finetune's tiny runs
 SETTING_CFG = dict(train_size=117, test_size=40, max_length=64, epochs=1, batch_size=16, seed=3, device="cpu",
-                   bf16="off", val_fraction=0.1, truncation="head_tail", pooling="pooler", head_init="random")
+                   bf16="off", val_fraction=0.1, truncation="head_tail", pooling="pooler", head_init="random",
+                   eval_windows=False)
 TOL = distributed.DDP_TOLERANCE
 
 

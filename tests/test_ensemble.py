@@ -146,7 +146,7 @@ def test_train_windows_trains_on_every_window_with_its_posts_label(tiny_pretrain
     pretrained = tiny_pretrained
     texts, labels, names = _generated()
     cfg = profile_config("quick", train_size=None, test_size=None, max_length=16, epochs=1, batch_size=8,
-                            dropout=0.0, device="cpu", train_windows=True, window_stride=4)
+                            dropout=0.0, device="cpu", train_windows=True, window_stride=4, eval_windows=False)
     data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], names, cfg)
     run = ft._setup(cfg, tmp_path / "setup", torch.device("cpu"), distributed.Distributed(), 0.0, pretrained, data,
                     verbose=False)

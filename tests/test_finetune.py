@@ -52,7 +52,7 @@ TINY = ["--profile", "quick", "--train-size", "120", "--test-size", "40", "--max
 # a random start, as measured: the tiny BERT's vectors hardly vary, so a probe's layer cancels large terms and its
 # logits left HF's by 4.9e-4 (float32 budget 2e-5); the probe start is tested on its own below and in chapter 9
 TINY_CFG = dict(train_size=120, test_size=40, max_length=64, max_steps=6, seed=3, checkpoint_every=100, device="cpu",
-                pooling="pooler", truncation="head_tail", val_fraction=0.1, head_init="random")
+                pooling="pooler", truncation="head_tail", val_fraction=0.1, head_init="random", eval_windows=False)
 METRIC_KEYS = {"accuracy", "macro_f1", "per_class_f1", "profile", "device", "epochs", "wall_time_s", "tokens_per_s",
                "history", "seed", "max_length", "train_size", "test_size", "remove_headers", "truncation",
                "final_train_loss", "best_epoch", "best_val_accuracy", "steps"}
@@ -414,7 +414,7 @@ def test_train_refuses_an_old_pickled_checkpoint(tmp_path, tiny_pretrained):
     texts = [f"post number {i} about topic {i % 20}" for i in range(60)]
     labels = np.arange(60) % 20
     cfg = finetune_config.profile_config("quick", train_size=None, test_size=None, max_length=16, max_steps=1,
-    device="cpu")
+                                         device="cpu", eval_windows=False)
     data = newsgroups.split_data(texts, labels, texts[:20], labels[:20], [f"c{i}" for i in range(20)], cfg)
     with pytest.raises(ValueError, match="pickled checkpoint"):
         ft.train(cfg, tmp_path, data=data, pretrained=tiny_pretrained, export=False, verbose=False)
@@ -589,7 +589,7 @@ def test_max_steps_caps_the_run_and_none_means_the_epochs(tiny_pretrained, tmp_p
     texts = [f"post number {i} about topic {i % 4}" for i in range(48)]
     labels = np.arange(48) % 4
     common = dict(train_size=None, test_size=None, max_length=16, batch_size=8, epochs=1, device="cpu",
-                  checkpoint_every=1000)
+                  checkpoint_every=1000, eval_windows=False)
     for max_steps in (1, None):
         cfg = finetune_config.profile_config("quick", **common, max_steps=max_steps)
         data = newsgroups.split_data(texts, labels, texts[:8], labels[:8], ["a", "b", "c", "d"], cfg)

@@ -192,7 +192,8 @@ def test_evaluate_by_windows_scores_the_pooled_posts(pretrained, model):
 
 def test_window_settings_are_checked_and_on_the_command_line():
     assert profile_config("full").window_stride == 128 and profile_config("quick").window_stride == 32
-    profile_config("quick", max_length=16, window_stride=32)  # unused without eval_windows: no error
+    assert profile_config("quick").eval_windows and not profile_config("full").eval_windows  # chapter 9's choice
+    profile_config("quick", max_length=16, window_stride=32, eval_windows=False)  # unused without windows: no error
     with pytest.raises(ValueError, match=r"stride .* must be in \[0, max_length - 2 = 14\)"):
         profile_config("quick", max_length=16, window_stride=14, eval_windows=True)
     with pytest.raises(ValueError, match="window_pool must be one of"):

@@ -25,13 +25,14 @@ VAL_FRACTION = 0.1
 
 #: The posts each profile reads: how many training posts are drawn and which share of them validates (None: all
 #: 11,314), how many test posts (None: all 7,532), how many tokens each and which (the first, or head+tail), and how
-#: many tokens consecutive windows share. ``quick``: CPU in minutes (CI): 500 posts drawn, 40 % (200) held out so
-#: that validation can choose (one post is half a point), 300 trained on, read at their first 128 tokens (headers
-#: included; chosen on validation: :data:`bertlib.training.finetune_config.PROFILES`, chapter 9); ``cpu``: all posts
+#: many tokens consecutive windows share. ``quick``: CPU in minutes (CI): 400 posts drawn, half (200) held out so
+#: that validation can choose (one post is half a point), 200 trained on (10 per class), read at their first 128
+#: tokens (headers included; chosen on validation: :data:`bertlib.training.finetune_config.PROFILES`, chapter 9),
+#: 400 test posts; ``cpu``: all posts
 #: on 2 CPU cores in 128-token windows; ``full``: a GPU, all posts, 512 tokens. The profiles of fine-tuning
 #: (:data:`bertlib.training.finetune_config.PROFILES`) and of ``bertlib-features`` start from these.
 POSTS: dict[str, dict] = {
-    "quick": dict(train_size=500, val_fraction=0.4, test_size=200, max_length=128, truncation="head",
+    "quick": dict(train_size=400, val_fraction=0.5, test_size=400, max_length=128, truncation="head",
                   window_stride=32),
     "cpu": dict(train_size=None, val_fraction=VAL_FRACTION, test_size=None, max_length=128, truncation="head_tail",
                 window_stride=0),
