@@ -223,7 +223,7 @@ def profile_config(profile: str = "quick", **overrides) -> FinetuneConfig:
 
 
 #: Settings added after checkpoints were written, and the value those checkpoints were trained with.
-BEFORE_SETTING = {"pooling": "pooler", "head_init": "random"}
+BEFORE_SETTING = {"pooling": "pooler", "head_init": "random", "eval_windows": False}
 
 
 def settings_clash(saved: dict, cfg: FinetuneConfig) -> dict[str, tuple]:
