@@ -40,6 +40,11 @@ POSTS: dict[str, dict] = {
                  window_stride=128),
 }
 
+#: The quick profile's draw before 2026-11-28 (500 posts drawn, 200 held out: 300 trained on), without windows. The
+#: measurements made on it are kept comparable by reading it again: appendix 14.9's time-to-accuracy curves
+#: (:mod:`bertlib.perf.bench_training`) and the engine table's classifier (:mod:`bertlib.perf.bench_engines`).
+QUICK_BEFORE = dict(train_size=500, val_fraction=0.4)
+
 
 @dataclass
 class Split:

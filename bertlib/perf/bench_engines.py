@@ -66,7 +66,7 @@ def workload_classifier(pt: Pretrained, device: torch.device, max_steps: int | N
     # the engines run HF's classifier (the pooled [CLS]), trained on the quick draw the engine rows were measured on
     # (before 2026-11-28: 300 posts trained, 200 validated, the validation posts' first tokens)
     cfg = finetune_config.profile_config("quick", max_steps=max_steps, seed=seed, data_seed=seed, test_size=20,
-                                         device=str(device), pooling="pooler", train_size=500, val_fraction=0.4,
+                                         device=str(device), pooling="pooler", **newsgroups.QUICK_BEFORE,
                                          eval_windows=False)
     data = newsgroups.load_data(cfg, remove_headers=cfg.remove_headers)
     t0 = time.perf_counter()

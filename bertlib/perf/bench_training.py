@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bertlib.data import newsgroups
 from bertlib.data.batches import collate, epoch_batches
 from bertlib.model.pretrained import Pretrained
 from bertlib.model.runtime import autocast_for, bf16_supported, resolve_seed
@@ -58,13 +59,12 @@ def cpu_profile_sequences(tokenizer, n_posts: int, max_length: int = 128, window
     ``window_stride`` 0; :func:`bertlib.data.windows.encode_windows`), each labelled with its post's class; else each
     post cut to ``max_length`` tokens, head + tail."""
     from bertlib.data.corpus import load_20newsgroups
-    from bertlib.data.newsgroups import encode
     from bertlib.data.windows import encode_windows
 
     train = load_20newsgroups("train")
     texts, target = list(train.data[:n_posts]), np.asarray(train.target[:n_posts])
     if not windows:
-        return encode(tokenizer, texts, max_length, "head_tail"), target
+        return newsgroups.encode(tokenizer, texts, max_length, "head_tail"), target
     seqs, post_index = encode_windows(tokenizer, texts, max_length, stride)
     return seqs, target[post_index]
 
@@ -178,8 +178,8 @@ def _trainer_runner(pt: Pretrained, num_labels: int, device: torch.device, callb
 
 
 #: The posts the time-to-accuracy curves draw from (``--curves``, appendix 14.9): the quick profile's draw before
-#: 2026-11-28 (300 training posts, 200 test posts), on which the committed curves were measured.
-CURVE_POSTS = dict(train_size=500, val_fraction=0.4, test_size=200)
+#: 2026-11-28 (300 training posts), and 200 test posts, on which the committed curves were measured.
+CURVE_POSTS = dict(**newsgroups.QUICK_BEFORE, test_size=200)
 
 TRAINER = "hf Trainer (sdpa, adamw_torch_fused)"
 PADDED = "bertlib, padded (sdpa, fused)"
@@ -447,7 +447,6 @@ def main(argv: list[str] | None = None) -> dict:
     import json
     import os
 
-    from bertlib.data.newsgroups import encode, load_data
     from bertlib.model.pretrained import load_pretrained
     from bertlib.model.runtime import configure
     from bertlib.perf.timing import markdown
@@ -469,9 +468,10 @@ def main(argv: list[str] | None = None) -> dict:
     print(markdown(result["rows"], TRAIN_COLUMNS))
     print({k: v for k, v in result["bf16_error"].items() if k != "per_batch"})
     if args.curves:
-        data = load_data(profile_config("quick", **CURVE_POSTS))
-        train = encode(pt.tokenizer, list(data.train.texts[:args.curves]), 128, "head_tail"), data.train.labels
-        val = encode(pt.tokenizer, list(data.test.texts[:100]), 128, "head_tail"), data.test.labels[:100]
+        data = newsgroups.load_data(profile_config("quick", **CURVE_POSTS))
+        train = (newsgroups.encode(pt.tokenizer, list(data.train.texts[:args.curves]), 128, "head_tail"),
+                 data.train.labels)
+        val = newsgroups.encode(pt.tokenizer, list(data.test.texts[:100]), 128, "head_tail"), data.test.labels[:100]
         tag = BF16 if bf16_supported(device) else ""
         settings = CurveSettings(epochs=3, batch_size=16, eval_every=10, lr=2e-4)
         result["curves"] = [time_to_accuracy(pt, device, (train[0], train[1][:args.curves]), val, method, settings)
