@@ -85,6 +85,7 @@ def check_prediction(exercise: str, guess: float, measured: float, *, within: fl
         raise AssertionError(f"Exercise {exercise}: your prediction is too high (it must be {band})")
     if guess < low:
         raise AssertionError(f"Exercise {exercise}: your prediction is too low (it must be {band})")
+    print(f"Exercise {exercise}: your prediction is {band}.")
 
 
 def wrong_answer(value: Any, *, seed: int | None = None) -> Any:
