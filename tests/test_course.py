@@ -634,6 +634,39 @@ def test_every_ref_has_a_target():
     assert not missing, "references to labels no page defines (a build error under -n):\n" + "\n".join(missing)
 
 
+def _numbered(pattern: str) -> set[str]:
+    return {m for path in CHAPTERS for m in re.findall(pattern, _markdown(path), re.M)}
+
+
+def test_numbered_references_have_targets():
+    """Every "section N.M" (or §N.M), "Figure N.M" and "Exercise N.M" a chapter cites exists: a heading
+    ``## N.M``, a caption ``Figure N.M:``, an exercise ``**Exercise N.M``. Renumbering a chapter's figures or
+    sections without its references fails here, not in a reader's hands."""
+    targets = {"section": _numbered(r"^#{2,3} (\d+b?\.\d+)\b"),
+               "figure": _numbered(r"Figure (\d+b?\.\d+)(?: \(going further\))?:"),
+               "exercise": _numbered(r"\*\*Exercise (\d+b?\.\d+)\b")}
+    cited = {"section": r"\b(?:[Ss]ections?|§)\s?(\d+b?\.\d+)\b", "figure": r"\bFigures? (\d+b?\.\d+)\b",
+             "exercise": r"\bExercises? (\d+b?\.\d+)\b"}
+    missing = [f"{path.name}: {kind} {number}" for path in CHAPTERS
+               for kind, pattern in cited.items()
+               for number in re.findall(pattern, _markdown(path) + "\n".join(_code(path)))
+               if number not in targets[kind]]
+    assert all(targets.values()) and not missing, "references to nothing:\n" + "\n".join(missing)
+
+
+def test_section_links_name_their_section():
+    """A {ref} written as "section N.M <label>" names the heading its label marks."""
+    heading = {}
+    for path in CHAPTERS:
+        for label, number in re.findall(r"^\(([\w-]+)\)=\s*\n#{2,3} (\d+b?\.\d+)\b", _markdown(path), re.M):
+            heading[label] = number
+    wrong = [f"{path.name}: section {number} <{label}> is section {heading.get(label)}"
+             for path in CHAPTERS for number, label in re.findall(r"\{ref\}`section (\S+) <([\w-]+)>`",
+                                                                   _markdown(path))
+             if heading.get(label) != number]
+    assert not wrong, "\n".join(wrong)
+
+
 #: notation.md's one depth axis: a plot over depth is over ℓ of h^(ℓ), with 0 for the embeddings.
 DEPTH_AXIS = "ℓ: hidden state h^(ℓ) (0 = the embeddings)"
 
