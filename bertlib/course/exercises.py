@@ -80,7 +80,7 @@ def check_prediction(exercise: str, guess: float, measured: float, *, within: fl
         if guess <= 0 or measured <= 0:
             raise AssertionError(f"Exercise {exercise}: this prediction is a positive number")
         low, high = measured / factor, measured * factor
-    band = f"within {within} of the measured value" if within is not None else f"within a factor of {factor}"
+    band = f"within {within:.3g} of the measured value" if within is not None else f"within a factor of {factor:.3g}"
     if guess > high:
         raise AssertionError(f"Exercise {exercise}: your prediction is too high (it must be {band})")
     if guess < low:

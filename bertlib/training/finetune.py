@@ -318,7 +318,7 @@ def _setup(cfg: FinetuneConfig, out: Path, device: torch.device, ddp: Distribute
             f"train={len(data.train)} val={len(data.val)} test={len(data.test)} remove_headers={cfg.remove_headers} "
             f"max_length={cfg.max_length} truncation={cfg.truncation} epochs={cfg.epochs} batch={cfg.batch_size} "
             f"precision={'bf16 autocast' if run.bf16 else 'float32'} "
-            + (f"eval_windows(stride={cfg.window_stride}, pool={cfg.window_pool}, val={len(seqs['val'])}, "
+            + (f"eval_windows(overlap={cfg.window_stride} tokens, pool={cfg.window_pool}, val={len(seqs['val'])}, "
                f"test={len(seqs['test'])} windows) " if cfg.eval_windows else "")
             + (f"train_windows({len(seqs['train'])} windows) " if cfg.train_windows else "")
             + f"steps={total_steps} warmup={warmup_steps(total_steps, cfg.warmup_ratio)} lr={cfg.lr:g} "
